@@ -1,7 +1,8 @@
-import type { Duration } from './duration.js';
+import { type Duration, toMilliseconds } from './duration.js';
+import { completionRetryPause, completionRetryPauses } from './engine-hooks.js';
 import type { IdempotencyEvent } from './events.js';
 import type { ListsEvery } from './option-names.js';
-import type { OutcomePolicy } from './outcome-policy.js';
+import { type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import type { Store } from './store.js';
 
 export const DAY_MS = 86_400_000;
@@ -129,4 +130,86 @@ export function delaySeconds(value: unknown, fallback: number, name: string): nu
     throw new TypeError(`${name} must be a whole number of seconds, at least 0 (it is sent as Retry-After)`);
   }
   return value as number;
+}
+
+// The global's, read at each call (not node:perf_hooks' object): fake timers replace the global.
+const monotonicNow = () => performance.now();
+
+/**
+ * The engine's options, checked and with their defaults, durations in milliseconds. Throws a
+ * TypeError for the first one that is wrong, at construction: a bad option found at the first
+ * request would fail it as a 500.
+ */
+export function engineSettings(options: IdempotencyOptions) {
+  const { store } = options;
+  const contract = ['claim', 'renew', 'complete', 'release', 'get'] as const;
+  const missing = store ? contract.filter((method) => typeof store[method] !== 'function') : contract;
+  if (missing.length > 0) {
+    throw new TypeError(
+      `store must implement the Store contract (claim, renew, complete, release, get); missing: ${missing.join(', ')}`,
+    );
+  }
+  const retentionMs = toMilliseconds(options.retention ?? '24h', 'retention');
+  if (retentionMs < DAY_MS && options.acknowledgeShortRetention !== true) {
+    throw new TypeError(
+      'retention below 24h lets a late retry execute again (spec part 8); set acknowledgeShortRetention: true if that is intended',
+    );
+  }
+  if (retentionMs > MAX_RETENTION_MS) throw new TypeError('retention must be at most 3650d');
+  const leaseMs = toMilliseconds(options.lease ?? '10s', 'lease');
+  if (leaseMs < 100) throw new TypeError('lease must be at least 100ms');
+  if (leaseMs > MAX_LEASE_MS) throw new TypeError('lease must be at most 7d');
+  const waitMs = options.wait === undefined || options.wait === false ? 0 : toMilliseconds(options.wait, 'wait');
+  const storeTimeoutMs = toMilliseconds(options.storeTimeout ?? '2s', 'storeTimeout');
+  // 0 is no "no timeout": every call to a shared store would time out, every request a 503.
+  if (storeTimeoutMs < 1) throw new TypeError('storeTimeout must be at least 1ms');
+  const mismatchStatus = options.mismatchStatus ?? 422;
+  if (mismatchStatus !== 422 && mismatchStatus !== 400) throw new TypeError('mismatchStatus must be 422 or 400');
+  const policy = resolveOutcomePolicy(options.storeOutcome ?? 'all');
+  const heartbeat = options.heartbeat ?? (requestScopedTimers() ? 'per-lease' : true);
+  if (typeof heartbeat !== 'boolean' && heartbeat !== 'per-lease')
+    throw new TypeError("heartbeat must be a boolean or 'per-lease'");
+  const perLease = heartbeat === 'per-lease';
+  const maxExecution = options.maxExecution ?? false;
+  const maxExecutionMs = maxExecution === false ? 0 : toMilliseconds(maxExecution, 'maxExecution');
+  if (maxExecution !== false) {
+    if (maxExecutionMs < 100) throw new TypeError('maxExecution must be at least 100ms');
+    // Without renewals a lease already ends after one lease: a cap on renewals would mean nothing.
+    if (!heartbeat) throw new TypeError('maxExecution needs the heartbeat (heartbeat: false already ends every lease)');
+  }
+  const conflictRetryAfter = delaySeconds(options.conflictRetryAfter, 1, 'conflictRetryAfter');
+  const unavailableRetryAfter = delaySeconds(options.unavailableRetryAfter, 2, 'unavailableRetryAfter');
+  const now = options.now ?? Date.now;
+  // A clock that is no function would only fail at the first request, as a 500.
+  if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
+  // Intervals (lease renewals, maxExecution, wait, store deadlines, the replay cache's ttl, event
+  // durations) are measured on a monotonic clock: the wall clock steps (NTP, a VM resumed, an
+  // operator's `date -s`), and an hour back would stop every renewal for an hour (another process
+  // then takes a running key over), an hour forward give up on every handler. An injected `now`
+  // (tests, simulations) drives both; `now` alone stamps events.
+  const elapsed = options.now ?? monotonicNow;
+  const injectedPause: unknown = (options as { [completionRetryPauses]?: unknown })[completionRetryPauses];
+  if (injectedPause !== undefined && typeof injectedPause !== 'function')
+    throw new TypeError('the completion retry pauses must be a function of the attempt');
+  const retryPause = (injectedPause as ((attempt: number) => number) | undefined) ?? completionRetryPause;
+  const onEvent = options.onEvent;
+  if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError('onEvent must be a function');
+  return {
+    store,
+    retentionMs,
+    leaseMs,
+    waitMs,
+    storeTimeoutMs,
+    mismatchStatus,
+    policy,
+    heartbeat,
+    perLease,
+    maxExecutionMs,
+    conflictRetryAfter,
+    unavailableRetryAfter,
+    now,
+    elapsed,
+    retryPause,
+    onEvent,
+  };
 }

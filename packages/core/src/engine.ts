@@ -1,16 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { createDeadlines } from './deadlines.js';
 import { toMilliseconds } from './duration.js';
-import { completionRetryPause, completionRetryPauses, type SettleNow, settleNow } from './engine-hooks.js';
-import {
-  DAY_MS,
-  delaySeconds,
-  type IdempotencyOptions,
-  knownEngineOptions,
-  MAX_LEASE_MS,
-  MAX_RETENTION_MS,
-  requestScopedTimers,
-} from './engine-options.js';
+import { type SettleNow, settleNow } from './engine-hooks.js';
+import { engineSettings, type IdempotencyOptions, knownEngineOptions, MAX_RETENTION_MS } from './engine-options.js';
 import { completedRecord, replayCacheOf } from './engine-replay-cache.js';
 import type {
   BeginInput,
@@ -26,7 +18,7 @@ import type { IdempotencyEvent, LeaseLostReason } from './events.js';
 import { LeaseState } from './lease-state.js';
 import { notify } from './notify.js';
 import { assertKnownOptions } from './option-names.js';
-import { type Outcome, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
+import { type Outcome, presetPolicy } from './outcome-policy.js';
 import { unreadableRecord } from './record-check.js';
 import { Alternates, keptFingerprint, sameRequest, storableFingerprint } from './record-fingerprint.js';
 import { recordId } from './record-id.js';
@@ -57,9 +49,6 @@ export type {
   TransactionResult,
 } from './engine-types.js';
 
-// The global's, read at each call (not node:perf_hooks' object): fake timers replace the global.
-const monotonicNow = () => performance.now();
-
 // Results that carry no data are shared: a fresh object per call is garbage the collector must chase.
 const STORED: CompleteResult = Object.freeze({ ok: true, stored: true });
 const NOT_STORED: CompleteResult = Object.freeze({ ok: true, stored: false });
@@ -88,59 +77,24 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
  * options hold its own names too).
  */
 export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
-  const { store } = options;
-  const contract = ['claim', 'renew', 'complete', 'release', 'get'] as const;
-  const missing = store ? contract.filter((method) => typeof store[method] !== 'function') : contract;
-  if (missing.length > 0) {
-    throw new TypeError(
-      `store must implement the Store contract (claim, renew, complete, release, get); missing: ${missing.join(', ')}`,
-    );
-  }
-  const retentionMs = toMilliseconds(options.retention ?? '24h', 'retention');
-  if (retentionMs < DAY_MS && options.acknowledgeShortRetention !== true) {
-    throw new TypeError(
-      'retention below 24h lets a late retry execute again (spec part 8); set acknowledgeShortRetention: true if that is intended',
-    );
-  }
-  if (retentionMs > MAX_RETENTION_MS) throw new TypeError('retention must be at most 3650d');
-  const leaseMs = toMilliseconds(options.lease ?? '10s', 'lease');
-  if (leaseMs < 100) throw new TypeError('lease must be at least 100ms');
-  if (leaseMs > MAX_LEASE_MS) throw new TypeError('lease must be at most 7d');
-  const waitMs = options.wait === undefined || options.wait === false ? 0 : toMilliseconds(options.wait, 'wait');
-  const storeTimeoutMs = toMilliseconds(options.storeTimeout ?? '2s', 'storeTimeout');
-  // 0 is no "no timeout": every call to a shared store would time out, every request a 503.
-  if (storeTimeoutMs < 1) throw new TypeError('storeTimeout must be at least 1ms');
-  const mismatchStatus = options.mismatchStatus ?? 422;
-  if (mismatchStatus !== 422 && mismatchStatus !== 400) throw new TypeError('mismatchStatus must be 422 or 400');
-  const policy = resolveOutcomePolicy(options.storeOutcome ?? 'all');
-  const heartbeat = options.heartbeat ?? (requestScopedTimers() ? 'per-lease' : true);
-  if (typeof heartbeat !== 'boolean' && heartbeat !== 'per-lease')
-    throw new TypeError("heartbeat must be a boolean or 'per-lease'");
-  const perLease = heartbeat === 'per-lease';
-  const maxExecution = options.maxExecution ?? false;
-  const maxExecutionMs = maxExecution === false ? 0 : toMilliseconds(maxExecution, 'maxExecution');
-  if (maxExecution !== false) {
-    if (maxExecutionMs < 100) throw new TypeError('maxExecution must be at least 100ms');
-    // Without renewals a lease already ends after one lease: a cap on renewals would mean nothing.
-    if (!heartbeat) throw new TypeError('maxExecution needs the heartbeat (heartbeat: false already ends every lease)');
-  }
-  const conflictRetryAfter = delaySeconds(options.conflictRetryAfter, 1, 'conflictRetryAfter');
-  const unavailableRetryAfter = delaySeconds(options.unavailableRetryAfter, 2, 'unavailableRetryAfter');
-  const now = options.now ?? Date.now;
-  // A clock that is no function would only fail at the first request, as a 500.
-  if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
-  // Intervals (lease renewals, maxExecution, wait, store deadlines, the replay cache's ttl, event
-  // durations) are measured on a monotonic clock: the wall clock steps (NTP, a VM resumed, an
-  // operator's `date -s`), and an hour back would stop every renewal for an hour (another process
-  // then takes a running key over), an hour forward give up on every handler. An injected `now`
-  // (tests, simulations) drives both; `now` alone stamps events.
-  const elapsed = options.now ?? monotonicNow;
-  const injectedPause: unknown = (options as { [completionRetryPauses]?: unknown })[completionRetryPauses];
-  if (injectedPause !== undefined && typeof injectedPause !== 'function')
-    throw new TypeError('the completion retry pauses must be a function of the attempt');
-  const retryPause = (injectedPause as ((attempt: number) => number) | undefined) ?? completionRetryPause;
-  const onEvent = options.onEvent;
-  if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError('onEvent must be a function');
+  const {
+    store,
+    retentionMs,
+    leaseMs,
+    waitMs,
+    storeTimeoutMs,
+    mismatchStatus,
+    policy,
+    heartbeat,
+    perLease,
+    maxExecutionMs,
+    conflictRetryAfter,
+    unavailableRetryAfter,
+    now,
+    elapsed,
+    retryPause,
+    onEvent,
+  } = engineSettings(options);
   const replays = replayCacheOf(options.replayCache, store.inProcess === true);
 
   // Leases this process holds right now. A second request for the same record in this process is
