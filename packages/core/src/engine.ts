@@ -20,6 +20,7 @@ import { notify } from './notify.js';
 import { assertKnownOptions } from './option-names.js';
 import { outcomeDecisions } from './outcome-decisions.js';
 import type { Outcome } from './outcome-policy.js';
+import { outcomePolls } from './outcome-polls.js';
 import { unreadableRecord } from './record-check.js';
 import { Alternates, keptFingerprint, sameRequest, storableFingerprint } from './record-fingerprint.js';
 import { recordId } from './record-id.js';
@@ -110,8 +111,6 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const inProcess = store.inProcess === true;
   const tokenPrefix = inProcess ? randomBytes(3).toString('base64url') : `${randomBytes(12).toString('base64url')}.`;
   let tokenSequence = 0;
-  // One poll loop per record being waited on, shared by every waiter in this process.
-  const polls = new Map<string, Promise<StoreRecord | undefined>>();
 
   // An observer must never break a request, whether it throws or rejects.
   const emit = (event: IdempotencyEvent) => notify(onEvent, event);
@@ -171,24 +170,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     );
   };
 
-  // Waits (sharing one poll loop per record) until the record is no longer held by a live lease
-  // (completed, abandoned or gone) or the deadline passes. Resolves to the last record seen.
-  const waitForOutcome = (id: string, deadline: number): Promise<StoreRecord | undefined> => {
-    const existing = polls.get(id);
-    if (existing) return existing;
-    const poll = (async () => {
-      let delay = 10;
-      for (;;) {
-        await new Promise((resolve) => setTimeout(resolve, delay));
-        const record = await withTimeout('get', () => store.get(id));
-        if (record === undefined || record.state !== 'in_progress') return record;
-        if (elapsed() + delay >= deadline) return record;
-        delay = Math.min(delay * 2, 250);
-      }
-    })().finally(() => polls.delete(id));
-    polls.set(id, poll);
-    return poll;
-  };
+  const waitForOutcome = outcomePolls({ store, withTimeout, elapsed });
 
   // `phase`: the store call that answered `record`, for the event of a record that cannot be read.
   const settle = (
