@@ -581,7 +581,12 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     );
   };
 
-  const release = async (lease: Lease): Promise<ReleaseResult> => releaseNow(lease);
+  const release = async (lease: Lease): Promise<ReleaseResult> => {
+    // As `completeNow` does: anything but a lease would fail deep in the store with a property error.
+    const state = lease as LeaseState | undefined;
+    if (!state || typeof state.token !== 'string') throw new TypeError('release needs the lease returned by begin');
+    return releaseNow(lease);
+  };
 
   const complete = async (
     lease: Lease,
