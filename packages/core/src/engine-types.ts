@@ -1,6 +1,7 @@
 import type { IdempotencyError } from './errors.js';
 import type { Outcome } from './outcome-policy.js';
 import type { StoredResponse } from './store.js';
+import type { StoreUnavailablePolicy } from './store-unavailable.js';
 
 // The engine's public types: what begin takes, the lease it gives, and what each call answers.
 
@@ -23,6 +24,8 @@ export interface BeginInput {
    * them matches nothing.
    */
   alternateFingerprints?: (() => readonly string[] | undefined) | undefined;
+  /** `'fail-open'`: answer `unprotected` when the first claim cannot reach the store. See {@link StoreUnavailablePolicy}. */
+  storeUnavailable?: StoreUnavailablePolicy | undefined;
 }
 
 /** A claim on a key: hold it while the handler runs, then `complete` or `release` it. */
@@ -58,6 +61,9 @@ export type BeginResult =
   | { kind: 'replay'; response: StoredResponse }
   | { kind: 'reject'; error: IdempotencyError };
 
+/** What `begin` also answers when asked with `storeUnavailable`: under `'fail-open'`, the store could not be reached, and nothing was claimed. */
+export type UnprotectedResult = { kind: 'unprotected' };
+
 /** The outcome of {@link IdempotencyEngine.complete}. */
 export type CompleteResult =
   | { ok: true; stored: boolean }
@@ -73,6 +79,7 @@ export type TransactionResult<T> =
 
 /** The idempotency engine: one per service, shared by every request. */
 export interface IdempotencyEngine {
+  begin(input: BeginInput & { storeUnavailable: StoreUnavailablePolicy }): Promise<BeginResult | UnprotectedResult>;
   begin(input: BeginInput): Promise<BeginResult>;
   /**
    * Stores `response` per the outcome policy (or releases the key when the policy says so). The

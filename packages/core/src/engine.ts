@@ -11,6 +11,7 @@ import type {
   Lease,
   ReleaseResult,
   TransactionResult,
+  UnprotectedResult,
 } from './engine-types.js';
 import { IdempotencyError, isIdempotencyError, isTransactionAbortedError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
@@ -49,6 +50,7 @@ export type {
   Lease,
   ReleaseResult,
   TransactionResult,
+  UnprotectedResult,
 } from './engine-types.js';
 
 // Results that carry no data are shared: a fresh object per call is garbage the collector must chase.
@@ -221,7 +223,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const storeCall = <T>(operation: string, work: () => Awaitable<T>): Awaitable<T> =>
     inProcess ? work() : withTimeout(operation, work);
 
-  const begin = async (raw: BeginInput): Promise<BeginResult> => {
+  const begin = async (raw: BeginInput): Promise<BeginResult | UnprotectedResult> => {
     if (!raw || typeof raw.key !== 'string' || raw.key.length === 0) throw new TypeError('begin needs a non-empty key');
     const { key, scope, operation } = raw;
     if (typeof scope !== 'string') throw new TypeError('begin needs a scope (the authenticated caller)');
@@ -245,6 +247,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     let replaces: string | undefined;
     // The fingerprint the claim writes: a takeover keeps the record's (see keptFingerprint).
     let kept = fingerprint;
+    // Only a first claim may fail open: after it, a record was seen under the key (see StoreUnavailablePolicy).
+    let first = true;
     for (;;) {
       // In flight in this very process and renewed within one lease: no need to ask the store.
       // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
@@ -275,10 +279,21 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         });
         claimed = isPending(answer) ? await answer : answer;
       } catch (error) {
-        if (onEvent) emit({ type: 'store-error', id, operation, phase: 'claim', error, at: now() });
+        const open = first && local === undefined && raw.storeUnavailable === 'fail-open';
+        if (onEvent)
+          emit({
+            type: 'store-error',
+            id,
+            operation,
+            phase: 'claim',
+            error,
+            at: now(),
+            ...(open && { unprotected: true as const }),
+          });
         if (call !== undefined && isPending(call)) withdrawLateClaim(input, call);
-        return { kind: 'reject', error: unavailable(error) };
+        return open ? { kind: 'unprotected' } : { kind: 'reject', error: unavailable(error) };
       }
+      first = false;
       if (claimed.claimed) {
         // A lease of this process on the same record (stalled past its lease, or hung without a
         // heartbeat) has lost the key to this claim: say so, so its signal aborts now rather than
@@ -710,7 +725,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   };
 
   const engine: IdempotencyEngine & { [settleNow]: SettleNow } = {
-    begin,
+    // Answers `unprotected` only when asked with `storeUnavailable: 'fail-open'`, as the overloads say.
+    begin: begin as IdempotencyEngine['begin'],
     complete,
     release,
     [settleNow]: { complete: completeNow, release: releaseNow, retentionFor },

@@ -19,7 +19,8 @@ interface EventBase {
  * - `release`: a claim was released.
  * - `lease-lost`: the lease could not be renewed or its token was no longer current; the late
  *   finisher's outcome was refused.
- * - `store-error`: a store operation failed or timed out.
+ * - `store-error`: a store operation failed or timed out. With `unprotected: true` (phase `claim`,
+ *   under `storeUnavailable: 'fail-open'`), the request then ran its handler unprotected.
  * - `policy-error`: the `storeOutcome` function threw or returned no decision; the outcome was stored
  *   with the default retention, as the spec's rule has it.
  * - `refused`: a covered request was answered with a 4xx/5xx problem before any record was touched:
@@ -62,6 +63,11 @@ export type IdempotencyEvent =
       type: 'store-error';
       phase: 'claim' | 'get' | 'renew' | 'complete' | 'release' | 'transaction';
       error: unknown;
+      /**
+       * The claim could not reach the store and `storeUnavailable: 'fail-open'` let the request run
+       * without its key: nothing records it, and a retry runs it again. Count these.
+       */
+      unprotected?: true;
     })
   | (EventBase & { type: 'policy-error'; error: unknown })
   | {

@@ -49,6 +49,7 @@ import { mintKey } from './mint.js';
 import { notify } from './notify.js';
 import { assertKnownOptions } from './option-names.js';
 import { type Awaitable, isPending, type StoredResponse } from './store.js';
+import { checkStoreUnavailable } from './store-unavailable.js';
 import { sizeOverLimit } from './stored-response.js';
 
 /**
@@ -126,6 +127,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   const transactional = options.transactional ?? false;
   if (transactional && !engine.transactional) {
     throw new TypeError('transactional: true needs a store that supports transactions (such as postgresStore)');
+  }
+  const storeUnavailable = checkStoreUnavailable(options.storeUnavailable);
+  if (transactional && storeUnavailable === 'fail-open') {
+    throw new TypeError(
+      "storeUnavailable: 'fail-open' cannot be used with transactional: true: the handler's writes commit in the store's transaction, which cannot begin without the store",
+    );
   }
   const onEvent = options.onEvent;
   // An observer must never break a request, whether it throws or rejects.
@@ -263,8 +270,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       fingerprint,
       alternateFingerprints:
         previous === undefined ? undefined : () => previousFingerprints(parts, previous, request.headers),
+      storeUnavailable,
     });
     if (started.kind === 'reject') return { kind: 'respond', response: problem(started.error) };
+    // Fail-open: the request goes on as one no idempotency covers. A minted key is not handed out:
+    // nothing stored it, so a retry with it would run again as if it were protected.
+    if (started.kind === 'unprotected') return minted ? { kind: 'pass' } : { kind: 'pass', echo };
     if (started.kind === 'replay')
       return { kind: 'respond', response: replay(started.response, echo, request.acceptEncoding) };
     return { kind: 'execute', key, echo, lease: started.lease, minted, body };

@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { engineOptionNames, type IdempotencyOptions } from './engine-options.js';
 import { checkExcludes, type FingerprintOptions, fingerprintRequest, type RequestParts } from './fingerprint.js';
 import { assertKnownOptions, type ListsEvery } from './option-names.js';
+import type { StoreUnavailablePolicy } from './store-unavailable.js';
 
 /**
  * Options shared by the Express, Fastify and Koa adapters: the engine's options plus the HTTP ones.
@@ -45,6 +46,18 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
    * with the key until then replays (barring clock skew between the two). Default false.
    */
   advertiseExpiry?: boolean | undefined;
+  /**
+   * What a covered request gets when the store cannot be reached to claim its key (connection
+   * refused, `storeTimeout`). `'fail-closed'` (default): 503 `store_unavailable` with `Retry-After`,
+   * and the handler never runs. `'fail-open'`: the handler runs unprotected, once for this request;
+   * its response goes out as written, with the client's `Idempotency-Key` echoed (a minted key is
+   * not handed out: it was never stored), and nothing is stored or replayed, so a retry runs it again
+   * (the first one after the store is back too). The handler gets no idempotency context. The
+   * claim's `store-error` event says `unprotected: true`. A key in progress (409), another request
+   * under the key (422) and a failure once the key is claimed answer as ever. Not with
+   * `transactional: true` (a `TypeError`): the handler's writes need the store's transaction.
+   */
+  storeUnavailable?: StoreUnavailablePolicy | undefined;
 }
 
 /** What the HTTP layer's fingerprint covers: {@link FingerprintOptions} and request headers. */
@@ -96,6 +109,7 @@ const httpOptionNames = [
   'strictKeys',
   'fingerprint',
   'advertiseExpiry',
+  'storeUnavailable',
 ] as const satisfies readonly (keyof HttpIdempotencyOptions<unknown>)[];
 const everyHttpOptionNamed: ListsEvery<
   HttpIdempotencyOptions<unknown>,

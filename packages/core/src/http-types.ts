@@ -155,7 +155,14 @@ export interface HttpRequestInfo {
 
 /** The outcome of {@link HttpIdempotency.begin}. */
 export type HttpBeginResult =
-  | { kind: 'pass' }
+  | {
+      kind: 'pass';
+      /**
+       * Set when the request runs unprotected (`storeUnavailable: 'fail-open'`, the store down): the
+       * `Idempotency-Key` response header, as the client sent it. Nothing holds the key.
+       */
+      echo?: string;
+    }
   | { kind: 'respond'; response: HttpResponse }
   | {
       kind: 'execute';

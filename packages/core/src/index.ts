@@ -13,6 +13,7 @@ export type {
   Lease,
   ReleaseResult,
   TransactionResult,
+  UnprotectedResult,
 } from './engine-types.js';
 export {
   errorTable,
@@ -111,6 +112,7 @@ export type {
 } from './store.js';
 export { isPending } from './store.js';
 export { assertStoreId, assertStoreString } from './store-strings.js';
+export type { StoreUnavailablePolicy } from './store-unavailable.js';
 export {
   assertStoredResponse,
   defaultMaxResponseBytes,

@@ -4,6 +4,7 @@ import { IdempotencyError } from './errors.js';
 import { payloadFingerprint } from './fingerprint.js';
 import { assertKnownOptions, type ListsEvery } from './option-names.js';
 import type { StoredResponse } from './store.js';
+import { checkStoreUnavailable, type StoreUnavailablePolicy } from './store-unavailable.js';
 import { storedResponseSize } from './stored-response.js';
 
 /**
@@ -43,6 +44,14 @@ export interface MakeIdempotentOptions<M> {
    * cap (`maxResponseBytes`, 4 MiB by default on Redis and PostgreSQL), whatever is set. Default 1 MiB.
    */
   maxResultBytes?: number | undefined;
+  /**
+   * When the store cannot be reached to claim the key: `'fail-closed'` (default) throws
+   * `store_unavailable`, for the consumer to redeliver later; `'fail-open'` runs the handler
+   * unprotected, stores nothing, and returns (or throws) what it did, so every delivery until the
+   * store is back runs it, and the first one after it too. The engine's `store-error` event says
+   * `unprotected: true`. See {@link StoreUnavailablePolicy}.
+   */
+  storeUnavailable?: StoreUnavailablePolicy | undefined;
 }
 
 /**
@@ -169,6 +178,7 @@ const makeIdempotentOptionNames = [
   'payload',
   'scope',
   'maxResultBytes',
+  'storeUnavailable',
 ] as const satisfies readonly (keyof MakeIdempotentOptions<unknown>)[];
 const everyOptionNamed: ListsEvery<MakeIdempotentOptions<unknown>, typeof makeIdempotentOptionNames> = true;
 void everyOptionNamed;
@@ -233,6 +243,7 @@ export function makeIdempotent<M, R>(
   // unreplayable instead.
   const storeCap = engine.settings?.storeMaxResponseBytes;
   const maxResultBytes = storeCap === undefined ? asked : Math.min(asked, storeCap);
+  const storeUnavailable = checkStoreUnavailable(options.storeUnavailable, 'makeIdempotent: storeUnavailable');
 
   return async (message) => {
     // All three are read before the claim: a message they cannot describe is refused with nothing
@@ -242,9 +253,16 @@ export function makeIdempotent<M, R>(
       scope: scope === undefined ? '' : scopeOf(scope, message),
       operation,
       fingerprint: fingerprintOf(payload, message),
+      storeUnavailable,
     });
     if (started.kind === 'reject') throw started.error; // in_progress, fingerprint_mismatch, store_unavailable
     if (started.kind === 'replay') return decode(started.response) as Replayed<R>;
+    if (started.kind === 'unprotected') {
+      // Nothing holds the key: no lease to lose, nothing to store. The result is still given back as
+      // a stored one would be, so a caller sees the same value whichever way the delivery ran.
+      const result = await handler(message, { signal: unprotectedSignal, recovered: false });
+      return copyOf(result) as Replayed<R>;
+    }
     const { lease } = started;
     let result: R;
     try {
@@ -424,6 +442,24 @@ const unstorable = (cause?: unknown) =>
     'The handler ran, but its result could not be stored: it is not run again for this key.',
     { cause },
   );
+
+// An unprotected run's signal: no lease, so nothing ever aborts it.
+const unprotectedSignal = new AbortController().signal;
+
+// What a result becomes once stored and read back, for a run that stored nothing.
+function copyOf(result: unknown): unknown {
+  let response: StoredResponse;
+  try {
+    response = encode(result);
+  } catch (cause) {
+    throw new IdempotencyError(
+      'response_not_replayable',
+      'The handler ran unprotected (the store could not be reached), but its result cannot be stored: nothing was kept, and a redelivery runs it again.',
+      { cause },
+    );
+  }
+  return decode(response);
+}
 
 function decode(response: StoredResponse): unknown {
   const text = () => Buffer.from(response.body).toString('utf8');

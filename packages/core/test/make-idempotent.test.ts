@@ -595,6 +595,137 @@ describe('makeIdempotent: options are checked once, when it is made', () => {
   });
 });
 
+describe('makeIdempotent: storeUnavailable, when the store cannot be reached at claim time (anchors case 14)', () => {
+  // A store whose claim fails as a network store's does when it is down (connection refused, a timeout).
+  function downAtClaim(store: Store) {
+    const state = { down: true, claims: 0, completes: 0 };
+    const wrapped: Store = {
+      ...counting(store).store,
+      claim: (input) => {
+        state.claims++;
+        if (state.down) return Promise.reject(new Error('connect ECONNREFUSED (injected)'));
+        return store.claim(input);
+      },
+      complete: (input) => {
+        state.completes++;
+        return store.complete(input);
+      },
+    };
+    return { store: wrapped, state };
+  }
+
+  it('fail-closed (the default): store_unavailable, the handler never runs', async () => {
+    const { store: inner } = setup();
+    const { store } = downAtClaim(inner);
+    const { wrap } = setup({ store });
+    let runs = 0;
+    for (const storeUnavailable of [undefined, 'fail-closed'] as const) {
+      const handle = wrap(async () => ++runs, storeUnavailable === undefined ? {} : { storeUnavailable });
+      const error = await rejection(handle(order('o-1')));
+      expect(isIdempotencyError(error) && error.code).toBe('store_unavailable');
+    }
+    expect(runs).toBe(0);
+  });
+
+  it('fail-open: each delivery runs the handler once, unprotected; nothing is stored, and the event says so', async () => {
+    const events: unknown[] = [];
+    const { store: inner } = setup();
+    const { store, state } = downAtClaim(inner);
+    const { wrap } = setup({ store, onEvent: (event) => events.push(event) });
+    let runs = 0;
+    let seen: IdempotentRun | undefined;
+    const handle = wrap(
+      async (_message, run) => {
+        seen = run;
+        return { run: ++runs, at: new Date(0) };
+      },
+      { storeUnavailable: 'fail-open' },
+    );
+    // What every delivery returns is still the stored form of the result (a Date is its string).
+    expect(await handle(order('o-1'))).toEqual({ run: 1, at: '1970-01-01T00:00:00.000Z' });
+    expect(seen?.recovered).toBe(false);
+    expect(seen?.signal.aborted).toBe(false);
+    expect(await handle(order('o-1'))).toEqual({ run: 2, at: '1970-01-01T00:00:00.000Z' });
+    expect(state.completes).toBe(0);
+    expect(events).toMatchObject([
+      { type: 'store-error', phase: 'claim', unprotected: true },
+      { type: 'store-error', phase: 'claim', unprotected: true },
+    ]);
+    // Once the store is back: the key was never recorded, so it runs once more, then is replayed.
+    state.down = false;
+    expect(await handle(order('o-1'))).toMatchObject({ run: 3 });
+    expect(await handle(order('o-1'))).toMatchObject({ run: 3 });
+    expect(runs).toBe(3);
+  });
+
+  it('fail-open: a handler that throws, unprotected, throws its own error and leaves nothing behind', async () => {
+    const { store: inner } = setup();
+    const { store, state } = downAtClaim(inner);
+    const { wrap } = setup({ store });
+    const boom = new Error('declined');
+    const handle = wrap(
+      async () => {
+        throw boom;
+      },
+      { storeUnavailable: 'fail-open' },
+    );
+    expect(await rejection(handle(order('o-1')))).toBe(boom);
+    expect(state.completes).toBe(0);
+  });
+
+  it('fail-open: a store that answers is never bypassed; a key in progress is still in_progress', async () => {
+    const { wrap } = setup();
+    let release: () => void = () => undefined;
+    const handle = wrap(() => new Promise<string>((resolve) => (release = () => resolve('done'))), {
+      storeUnavailable: 'fail-open',
+    });
+    const first = handle(order('o-1'));
+    await new Promise((resolve) => setImmediate(resolve));
+    const error = await rejection(handle(order('o-1')));
+    expect(isIdempotencyError(error) && error.code).toBe('in_progress');
+    release();
+    expect(await first).toBe('done');
+  });
+
+  it('fail-open: a waiter that saw the key in progress never runs unprotected when its next claim fails', async () => {
+    // The first claim finds the record held by another consumer; the wait then sees it gone; the
+    // claim after that cannot reach the store. The record was live a moment ago: failing open here
+    // could run the handler beside the first consumer.
+    const { store: inner } = setup();
+    const holder = setup({ store: inner });
+    const held = await holder.engine.begin({
+      key: 'o-1',
+      scope: '',
+      operation: 'processOrder',
+      fingerprint: payloadFingerprint(JSON.stringify(order('o-1'))),
+    });
+    expect(held.kind).toBe('execute');
+    let claims = 0;
+    const store: Store = {
+      ...counting(inner).store,
+      claim: (input) =>
+        ++claims === 1 ? inner.claim(input) : Promise.reject(new Error('connect ECONNREFUSED (injected)')),
+      get: async () => undefined,
+    };
+    const { wrap } = setup({ store, wait: '5s' });
+    let runs = 0;
+    const handle = wrap(async () => ++runs, { storeUnavailable: 'fail-open' });
+    const error = await rejection(handle(order('o-1')));
+    expect(isIdempotencyError(error) && error.code).toBe('store_unavailable');
+    expect(claims).toBe(2);
+    expect(runs).toBe(0);
+  });
+
+  it('an unknown value: a TypeError naming the option', () => {
+    const { wrap } = setup();
+    for (const value of ['open', true, null]) {
+      expect(() => wrap(async () => 1, { storeUnavailable: value as never }), String(value)).toThrow(
+        /storeUnavailable must be 'fail-closed' or 'fail-open'/,
+      );
+    }
+  });
+});
+
 describe("makeIdempotent: a result the store's own cap refuses", () => {
   it('a result within maxResultBytes but over the store cap is kept as unreplayable, never run again', async () => {
     // Was wrong: the store refused the completion (ResponseTooLargeError) and the engine freed the

@@ -103,6 +103,8 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
       headers: req.headers,
     });
     if (started.kind === 'pass') {
+      // Run unprotected (fail-open): the client's key is still echoed.
+      if (started.echo !== undefined) res.setHeader('Idempotency-Key', started.echo);
       next();
       return;
     }

@@ -30,7 +30,8 @@ import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
 /**
  * The plugin options a route may set for itself in `config.idempotency`: how long its outcomes are
- * kept and which are stored, its lease and wait, its limits and replayed headers, its fingerprint.
+ * kept and which are stored, its lease and wait, its limits and replayed headers, its fingerprint,
+ * and whether it runs unprotected when the store is down (`storeUnavailable`).
  * What ties records together (`store`, `transactional`, `methods`, `onEvent`, `now`) stays the plugin's.
  */
 export const routeSettingNames = [
@@ -47,6 +48,7 @@ export const routeSettingNames = [
   'strictKeys',
   'fingerprint',
   'advertiseExpiry',
+  'storeUnavailable',
 ] as const;
 
 type RouteSettings = Pick<FastifyIdempotencyOptions, (typeof routeSettingNames)[number]>;
@@ -575,7 +577,11 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     started: HttpBeginResult,
     done: () => void,
   ) {
-    if (started.kind === 'pass') return done();
+    if (started.kind === 'pass') {
+      // Run unprotected (fail-open): the client's key is still echoed.
+      if (started.echo !== undefined) reply.header('idempotency-key', started.echo);
+      return done();
+    }
     if (started.kind === 'respond') return answer(reply, started.response);
     const { lease } = started;
     // The client left while the claim waited: no handler for nobody (see clientLeft).

@@ -1,3 +1,5 @@
+import { memoryStore, type Store } from '@idem/core';
+import { transactionalMemoryStore } from '@idem/testkit';
 import type { FastifyInstance } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { app } from './support.js';
@@ -46,6 +48,49 @@ describe('@idem/fastify: per-route settings over the plugin options', () => {
     } finally {
       await instance.close();
     }
+  });
+});
+
+describe("@idem/fastify: a route's storeUnavailable (anchors case 14)", () => {
+  // A store down at claim time, as a network store is when it refuses the connection.
+  const down = (store: Store): Store => ({
+    ...store,
+    claim: () => Promise.reject(new Error('connect ECONNREFUSED (injected)')),
+  });
+
+  it("a route's storeUnavailable: 'fail-open' runs it unprotected; the plugin's other routes stay fail-closed", async () => {
+    let runs = 0;
+    const instance = await app({ store: down(memoryStore()) }, (a) => {
+      a.post('/charges', { config: { idempotency: { storeUnavailable: 'fail-open' } } }, async (request, reply) =>
+        reply.code(201).send({ run: ++runs, context: request.idempotency !== undefined }),
+      );
+      a.post('/refunds', async (_request, reply) => reply.code(201).send({ run: ++runs }));
+    });
+    try {
+      const open = await send(instance, 'POST', '/charges', 'k-1');
+      expect(open.statusCode).toBe(201);
+      expect(open.json()).toEqual({ run: 1, context: false });
+      expect(open.headers['idempotency-key']).toBe('k-1');
+      expect(open.headers['idempotent-replayed']).toBeUndefined();
+      const closed = await send(instance, 'POST', '/refunds', 'k-1');
+      expect([closed.statusCode, closed.json().code]).toEqual([503, 'store_unavailable']);
+      expect(runs).toBe(1);
+    } finally {
+      await instance.close();
+    }
+  });
+
+  it("a route's storeUnavailable is refused when the route is added: an unknown value, or fail-open under transactional", async () => {
+    await expect(
+      app({}, (a) => {
+        a.post('/charges', { config: { idempotency: { storeUnavailable: 'open' as never } } }, async () => ({}));
+      }),
+    ).rejects.toThrow(/storeUnavailable must be 'fail-closed' or 'fail-open'/);
+    await expect(
+      app({ store: transactionalMemoryStore(), transactional: true }, (a) => {
+        a.post('/charges', { config: { idempotency: { storeUnavailable: 'fail-open' } } }, async () => ({}));
+      }),
+    ).rejects.toThrow(/cannot be used with transactional: true/);
   });
 });
 

@@ -455,7 +455,11 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       scope: http.scope ? http.scope(ctx) : principalScope(ctx.state?.auth),
       headers: ctx.req.headers,
     });
-    if (started.kind === 'pass') return next();
+    if (started.kind === 'pass') {
+      // Run unprotected (fail-open): the client's key is still echoed.
+      if (started.echo !== undefined) ctx.set('Idempotency-Key', started.echo);
+      return next();
+    }
     if (started.kind === 'respond') return answer(ctx, started.response);
     const { lease } = started;
     // The client left while the claim waited: no handler for nobody (see clientLeft).

@@ -1749,6 +1749,104 @@ export function describeAdapter(
           undefined,
           flavour,
         );
+        // Said outright, the default answers the same.
+        await withWorld(
+          async (world) => {
+            world.store.faults.claim = 'throw';
+            expectProblem(await world.send('/charges', { key: 'down-2' }), 503, 'store_unavailable');
+            expect(world.server.executions()).toBe(0);
+            const errors = world.events.filter((event) => event.type === 'store-error');
+            expect(errors).toMatchObject([{ phase: 'claim' }]);
+            expect(errors.some((event) => 'unprotected' in event)).toBe(false);
+          },
+          { storeUnavailable: 'fail-closed' },
+          undefined,
+          flavour,
+        );
+      }
+    });
+
+    it('store unavailable under fail-open: the handler runs once per request, unprotected, and nothing is stored (14)', async () => {
+      for (const flavour of await storeFlavours()) {
+        await withWorld(
+          async (world) => {
+            world.store.faults.claim = 'throw';
+            const first = await world.send('/charges', { key: 'open-1' });
+            expect(first.status).toBe(201);
+            expect(first.headers['idempotency-key']).toBe('open-1');
+            expect(first.headers['idempotent-replayed']).toBeUndefined();
+            expect(world.server.executions()).toBe(1);
+            // No context: nothing holds the key, so there is no lease, signal or release to give.
+            expect(world.requests.at(-1)?.context).toBeUndefined();
+            expect(world.events.filter((event) => event.type === 'store-error')).toMatchObject([
+              { phase: 'claim', unprotected: true },
+            ]);
+            // Each request runs: nothing recorded the first.
+            const again = await world.send('/charges', { key: 'open-1' });
+            expect(again.status).toBe(201);
+            expect(again.headers['idempotent-replayed']).toBeUndefined();
+            expect(world.server.executions()).toBe(2);
+            // A minted key was never stored: a retry with it would run again, so none is handed out.
+            const minted = await world.send('/charges', { key: null });
+            expect(minted.status).toBe(201);
+            expect(minted.headers['idempotency-key']).toBeUndefined();
+            expect(world.server.executions()).toBe(3);
+            expect(world.store.calls.complete + world.store.calls.release).toBe(0);
+            // The cost of fail-open: once the store is back, the same key runs once more, then replays.
+            world.store.faults.claim = undefined;
+            const back = await world.send('/charges', { key: 'open-1' });
+            expect(back.status).toBe(201);
+            expect(back.headers['idempotent-replayed']).toBeUndefined();
+            await world.waitForEvent('complete');
+            const replayed = await world.send('/charges', { key: 'open-1' });
+            expect(replayed.headers['idempotent-replayed']).toBe('true');
+            expect(replayed.body.equals(back.body)).toBe(true);
+            expect(world.server.executions()).toBe(4);
+          },
+          { storeUnavailable: 'fail-open', mintKeys: true },
+          undefined,
+          flavour,
+        );
+      }
+    });
+
+    it('fail-open bypasses only a store that cannot be reached: a key in progress is still 409 (14)', async () => {
+      await withWorld(
+        async (world) => {
+          const gate = world.hold();
+          const first = world.send('/charges', { key: 'open-busy-1' });
+          await gate.entered;
+          expectProblem(await world.send('/charges', { key: 'open-busy-1' }), 409, 'in_progress');
+          gate.open();
+          expect((await first).status).toBe(201);
+          await world.waitForEvent('complete');
+          expectProblem(
+            await world.send('/charges', { key: 'open-busy-1', body: '{"amount":2}' }),
+            422,
+            'fingerprint_mismatch',
+          );
+          expect(world.server.executions()).toBe(1);
+          expect(world.events.some((event) => event.type === 'store-error')).toBe(false);
+        },
+        { storeUnavailable: 'fail-open' },
+      );
+    });
+
+    it('fail-open per route: only the route that sets it runs unprotected (14)', async () => {
+      const world = await start({}, undefined, scenarioRoutes, { '/refunds': { storeUnavailable: 'fail-open' } });
+      try {
+        world.store.faults.claim = 'throw';
+        expectProblem(await world.send('/charges', { key: 'route-open-1' }), 503, 'store_unavailable');
+        expect((await world.send('/refunds', { key: 'route-open-1' })).status).toBe(201);
+        expect(world.server.executions()).toBe(1);
+      } finally {
+        await world.close();
+      }
+    });
+
+    it('refuses an unknown storeUnavailable, at construction', async () => {
+      for (const value of ['open', 'failOpen', true, null]) {
+        await expect(start({ storeUnavailable: value as never }), String(value)).rejects.toThrow(TypeError);
       }
     });
 
@@ -2843,6 +2941,14 @@ export function describeAdapter(
 
       it('refuses transactional: true over a store without transactions, at construction', async () => {
         await expect(start({ transactional: true }, memoryHarness())).rejects.toThrow(TypeError);
+      });
+
+      it('refuses storeUnavailable: fail-open with transactional: true, at construction (14)', async () => {
+        // The handler's writes commit with the record, in the store's transaction: without the store
+        // there is no transaction to run it in.
+        await expect(
+          start({ transactional: true, storeUnavailable: 'fail-open' }, await makeTransactional()),
+        ).rejects.toThrow(/storeUnavailable: 'fail-open' cannot be used with transactional: true/);
       });
 
       it('runs the handler inside the transaction with tx exposed, and replays what committed', async () => {

@@ -1,0 +1,21 @@
+/**
+ * What a request does when the store cannot be reached to claim its key (it refuses the connection,
+ * or does not answer within `storeTimeout`): anchors case 14.
+ * - `'fail-closed'` (the default): 503 `store_unavailable` with `Retry-After`; the handler never runs.
+ * - `'fail-open'`: the handler runs unprotected, once for this request: its answer goes out as it is
+ *   written, nothing is stored and nothing replayed, so a retry runs it again (once the store is back
+ *   too: no record of this run exists). The engine's `store-error` event of the claim says
+ *   `unprotected: true`. Only for operations where running twice costs less than refusing.
+ *
+ * Only the claim fails open: a store that answers (a key in progress, another request under the key)
+ * is obeyed, and a failure once the key is claimed, or while waiting on a key in progress, is never
+ * taken for a store that is down.
+ */
+export type StoreUnavailablePolicy = 'fail-closed' | 'fail-open';
+
+/** `storeUnavailable`, checked: the default when left out, a TypeError for any other value. */
+export function checkStoreUnavailable(value: unknown, name = 'storeUnavailable'): StoreUnavailablePolicy {
+  if (value === undefined) return 'fail-closed';
+  if (value === 'fail-closed' || value === 'fail-open') return value;
+  throw new TypeError(`${name} must be 'fail-closed' or 'fail-open', not ${JSON.stringify(value) ?? String(value)}`);
+}
