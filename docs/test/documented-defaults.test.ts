@@ -361,6 +361,14 @@ describe('HTTP layer defaults (the adapters)', () => {
         }
       });
 
+      it("storeUnavailable: 'fail-closed', a store down at claim time gets 503 and the request does not run", async () => {
+        expect(documented('storeUnavailable').text).toBe("`'fail-closed'`");
+        const store = memoryStore();
+        const down: Store = { ...store, claim: () => Promise.reject(new Error('connect ECONNREFUSED (injected)')) };
+        const started = await createHttpIdempotency({ store: down }).begin(keyed('k-down'));
+        expect(started.kind === 'respond' && started.response.status).toBe(503);
+      });
+
       it('maxBodyBytes: a body of exactly the documented size is taken, one byte more gets 413', async () => {
         const limit = amount(documented('maxBodyBytes').text);
         const http = createHttpIdempotency({ store: memoryStore() });
