@@ -716,6 +716,41 @@ describe('makeIdempotent: storeUnavailable, when the store cannot be reached at 
     expect(runs).toBe(0);
   });
 
+  it('fail-open: a delivery of a key this process is running never runs unprotected when the store goes down', async () => {
+    // A store behind a network (not in process), so the engine looks at its own leases first; in wait
+    // mode it then asks the store, which is down. The first delivery still runs: failing open here
+    // would run the handler a second time beside it.
+    const { store: inner } = setup();
+    const state = { down: false };
+    const { inProcess: _inProcess, ...remote } = inner as Store & { inProcess?: boolean };
+    const store: Store = {
+      ...remote,
+      claim: (input) =>
+        state.down ? Promise.reject(new Error('connect ECONNREFUSED (injected)')) : Promise.resolve(inner.claim(input)),
+    };
+    const { wrap } = setup({ store, wait: '5s' });
+    let runs = 0;
+    let finish: () => void = () => undefined;
+    const handle = wrap(
+      () =>
+        new Promise<number>((resolve) => {
+          // A second run (the defect) answers at once, so the test fails on its result, not a timeout.
+          if (++runs > 1) resolve(runs);
+          finish = () => resolve(runs);
+        }),
+      { storeUnavailable: 'fail-open' },
+    );
+    const first = handle(order('o-1'));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(runs).toBe(1);
+    state.down = true;
+    const error = await rejection(handle(order('o-1')));
+    expect(isIdempotencyError(error) && error.code).toBe('store_unavailable');
+    expect(runs).toBe(1);
+    finish();
+    expect(await first).toBe(1);
+  });
+
   it('an unknown value: a TypeError naming the option', () => {
     const { wrap } = setup();
     for (const value of ['open', true, null]) {
