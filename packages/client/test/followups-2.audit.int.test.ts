@@ -78,11 +78,29 @@ describe("parse: 'none': a retried answer's body", () => {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end('ok');
     });
-    const result = await fakeClient(s.url, { timeout: '50ms' }).get('/x', { parse: 'none' });
+    // The first answer's headers took all but 50 ms of a 60 s timeout on the injected clock: the
+    // drain of its stalled body gets those 50 ms (a real timer), then the retry goes on. Each
+    // attempt still has 60 s of real time, so a loaded machine cannot cut the second one off (a real
+    // 50 ms timeout did, at load 10: a third request). A drain held by the stall, or given the whole
+    // 60 s timeout, outlasts this test's 20 s.
+    const time = fakeTime();
+    let answers = 0;
+    const client = createClient({
+      baseUrl: s.url,
+      now: time.now,
+      retry: { baseDelay: '1ms', maxDelay: '1ms', jitter: 'none', timeout: '60s', deadline: false },
+      fetch: async (input, init) => {
+        const response = await fetch(input, init);
+        answers += 1;
+        if (answers === 1) time.advance(59_950);
+        return response;
+      },
+    });
+    const result = await client.get('/x', { parse: 'none' });
     expect(result.status).toBe(200);
     expect(await result.response.text()).toBe('ok');
     expect(s.log).toHaveLength(2);
-  });
+  }, 20_000);
 
   it("the drain of a stalled body has only what is left of the attempt's timeout, so the retry horizon holds", async () => {
     const s = await serve((_req, res, n) => {
