@@ -99,10 +99,13 @@ describe('servers that stall, truncate, lie or flood', () => {
       res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replayed': 'true' });
       res.end('{"id":"ch_1"}');
     });
-    const c = createClient({ baseUrl: s.url, retry: { timeout: 100, baseDelay: 1 } });
+    // The timeout is a real timer and cuts off the retry as readily as the stall: 100 ms let a loaded
+    // box (load 10 on 2 cores) time the second attempt out too. A second is waited once, by the
+    // stalled attempt; a body read the timeout did not bound would hold it past this test's 15 s.
+    const c = createClient({ baseUrl: s.url, retry: { timeout: 1_000, baseDelay: 1 } });
     const result = await c.post('/charges', {});
     expect(result.attempts.map((a) => a.outcome)).toEqual(['timeout', 'response']);
-  });
+  }, 15_000);
 
   it('a Content-Length longer than the body, then close: a network error, retried', async () => {
     const s = await serve((_req, res, n) => {
