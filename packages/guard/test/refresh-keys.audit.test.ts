@@ -78,7 +78,9 @@ describe('guard.refreshKeys() at its edges', () => {
       audience: AUDIENCE,
       now: clock.now,
       onEvent: (event) => events.push(event),
-      issuers: [{ issuer: ISSUER, jwksUri: server.url, algorithms: ['ES256'], jwksOptions: { timeout: 0.3 } }],
+      // A real timer, which bounds the first fetch (the keys held) too: 0.3 s was a race a loaded
+      // box could lose. One second is waited once, by the hanging refresh.
+      issuers: [{ issuer: ISSUER, jwksUri: server.url, algorithms: ['ES256'], jwksOptions: { timeout: 1 } }],
     });
     const token = makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { kid: 'k1' }, now: clock.now() });
     expect(codeOf(await guard.verify(token))).toBe('ok');
