@@ -99,9 +99,10 @@ describe('servers that stall, truncate, lie or flood', () => {
       res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replayed': 'true' });
       res.end('{"id":"ch_1"}');
     });
-    // The timeout is a real timer and cuts off the retry as readily as the stall: 100 ms let a loaded
-    // box (load 10 on 2 cores) time the second attempt out too. A second is waited once, by the
-    // stalled attempt; a body read the timeout did not bound would hold it past this test's 15 s.
+    // The timeout is a real timer and bounds the retry as much as the stall: at 100 ms the retry's
+    // round trip raced it on a loaded box, as it did in the drain test (followups-2) with 50 ms. A
+    // second is waited once, by the stalled attempt; a body read the timeout did not bound would hold
+    // it past this test's 15 s.
     const c = createClient({ baseUrl: s.url, retry: { timeout: 1_000, baseDelay: 1 } });
     const result = await c.post('/charges', {});
     expect(result.attempts.map((a) => a.outcome)).toEqual(['timeout', 'response']);
