@@ -1,4 +1,11 @@
 /**
+ * The failure of a store call that did not answer within its limit: the store could not be
+ * reached, as far as the caller can tell (`storeUnavailable: 'fail-open'` tells it so from an error
+ * the store answered with). A plain `Error` otherwise, message and all.
+ */
+export class StoreTimeoutError extends Error {}
+
+/**
  * Time limits for store calls without a timer per call.
  *
  * A `setTimeout` + `Promise.race` per store operation costs more than the memory store's whole
@@ -33,7 +40,8 @@ export function createDeadlines(limitMs: number, now: () => number = () => perfo
   const failOverdue = (overdue: Pending[]) => {
     for (const entry of overdue) {
       // Still pending: its answer was not in during the I/O phase either.
-      if (pending.delete(entry)) entry.reject(new Error(`store ${entry.operation} timed out after ${limitMs}ms`));
+      if (pending.delete(entry))
+        entry.reject(new StoreTimeoutError(`store ${entry.operation} timed out after ${limitMs}ms`));
     }
     stopWhenIdle();
   };

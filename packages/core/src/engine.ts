@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { createDeadlines } from './deadlines.js';
+import { createDeadlines, StoreTimeoutError } from './deadlines.js';
 import { type SettleNow, settleNow } from './engine-hooks.js';
 import { engineSettings, type IdempotencyOptions, knownEngineOptions } from './engine-options.js';
 import { completedRecord, replayCacheOf } from './engine-replay-cache.js';
@@ -13,7 +13,7 @@ import type {
   TransactionResult,
   UnprotectedResult,
 } from './engine-types.js';
-import { IdempotencyError, isIdempotencyError, isTransactionAbortedError } from './errors.js';
+import { IdempotencyError, isIdempotencyError, isStoreUnavailableError, isTransactionAbortedError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
 import { LeaseState } from './lease-state.js';
 import { leaseWatch } from './lease-watch.js';
@@ -279,7 +279,14 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         });
         claimed = isPending(answer) ? await answer : answer;
       } catch (error) {
-        const open = first && local === undefined && raw.storeUnavailable === 'fail-open';
+        // Only a store that could not be reached (its own StoreUnavailableError, or no answer within
+        // storeTimeout): one that answered with another error (a table never migrated, a missing
+        // grant) was reached, and running unprotected would hide the mistake for as long as it lasts.
+        const open =
+          first &&
+          local === undefined &&
+          raw.storeUnavailable === 'fail-open' &&
+          (isStoreUnavailableError(error) || error instanceof StoreTimeoutError);
         if (onEvent)
           emit({
             type: 'store-error',

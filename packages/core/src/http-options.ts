@@ -47,8 +47,9 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
    */
   advertiseExpiry?: boolean | undefined;
   /**
-   * What a covered request gets when the store cannot be reached to claim its key (connection
-   * refused, `storeTimeout`). `'fail-closed'` (default): 503 `store_unavailable` with `Retry-After`,
+   * What a covered request gets when the store cannot be reached to claim its key (a
+   * `StoreUnavailableError` such as a refused connection, or `storeTimeout`; any other error fails
+   * closed). `'fail-closed'` (default): 503 `store_unavailable` with `Retry-After`,
    * and the handler never runs. `'fail-open'`: the handler runs unprotected, once for this request;
    * its response goes out as written, with the client's `Idempotency-Key` echoed (a minted key is
    * not handed out: it was never stored), and nothing is stored or replayed, so a retry runs it again

@@ -45,7 +45,8 @@ export interface MakeIdempotentOptions<M> {
    */
   maxResultBytes?: number | undefined;
   /**
-   * When the store cannot be reached to claim the key: `'fail-closed'` (default) throws
+   * When the store cannot be reached to claim the key (a `StoreUnavailableError`, or `storeTimeout`;
+   * any other error fails closed): `'fail-closed'` (default) throws
    * `store_unavailable`, for the consumer to redeliver later; `'fail-open'` runs the handler
    * unprotected, stores nothing, and returns (or throws) what it did, so every delivery until the
    * store is back runs it, and the first one after it too. The engine's `store-error` event says

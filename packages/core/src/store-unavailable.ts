@@ -1,6 +1,8 @@
 /**
- * What a request does when the store cannot be reached to claim its key (it refuses the connection,
- * or does not answer within `storeTimeout`): anchors case 14.
+ * What a request does when the store cannot be reached to claim its key (it rejects with its
+ * `StoreUnavailableError`, as Redis and PostgreSQL do for a refused or lost connection, or does not
+ * answer within `storeTimeout`): anchors case 14. Any other error the claim rejects with (a table
+ * never migrated, a missing grant, a bug in a store) is a store that answered: it fails closed.
  * - `'fail-closed'` (the default): 503 `store_unavailable` with `Retry-After`; the handler never runs.
  * - `'fail-open'`: the handler runs unprotected, once for this request: its answer goes out as it is
  *   written, nothing is stored and nothing replayed, so a retry runs it again (once the store is back

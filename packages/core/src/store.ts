@@ -18,8 +18,9 @@
  * - `forget`, optional, deletes a record in any state, fenced on the token as `release` is: an
  *   operator's way out of a wrongly stored outcome that would otherwise replay for the retention.
  * - Durations are relative; a store never trusts the application's wall clock.
- * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
- *   (lost race, stale token) are values.
+ * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`: only it, or no
+ *   answer within `storeTimeout`, lets `storeUnavailable: 'fail-open'` run a request unprotected);
+ *   expected outcomes (lost race, stale token) are values.
  * - Response bodies are bytes and come back byte for byte.
  * - Ids, tokens and fingerprints come back, and are told apart, exactly as given. A string no
  *   store could keep so (not well-formed UTF-16: a lone surrogate has no UTF-8 form, and the pg and

@@ -4,7 +4,7 @@ import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
-import { isIdempotencyError } from '../src/errors.js';
+import { isIdempotencyError, StoreUnavailableError } from '../src/errors.js';
 import { payloadFingerprint } from '../src/fingerprint.js';
 import {
   type IdempotentRun,
@@ -597,13 +597,17 @@ describe('makeIdempotent: options are checked once, when it is made', () => {
 
 describe('makeIdempotent: storeUnavailable, when the store cannot be reached at claim time (anchors case 14)', () => {
   // A store whose claim fails as a network store's does when it is down (connection refused, a timeout).
+  // What a store that cannot be reached rejects with (Redis and PostgreSQL wrap the socket's error so).
+  const down = () =>
+    new StoreUnavailableError('Redis claim failed', { cause: new Error('connect ECONNREFUSED (injected)') });
+
   function downAtClaim(store: Store) {
     const state = { down: true, claims: 0, completes: 0 };
     const wrapped: Store = {
       ...counting(store).store,
       claim: (input) => {
         state.claims++;
-        if (state.down) return Promise.reject(new Error('connect ECONNREFUSED (injected)'));
+        if (state.down) return Promise.reject(down());
         return store.claim(input);
       },
       complete: (input) => {
@@ -703,8 +707,7 @@ describe('makeIdempotent: storeUnavailable, when the store cannot be reached at 
     let claims = 0;
     const store: Store = {
       ...counting(inner).store,
-      claim: (input) =>
-        ++claims === 1 ? inner.claim(input) : Promise.reject(new Error('connect ECONNREFUSED (injected)')),
+      claim: (input) => (++claims === 1 ? inner.claim(input) : Promise.reject(down())),
       get: async () => undefined,
     };
     const { wrap } = setup({ store, wait: '5s' });
@@ -725,8 +728,7 @@ describe('makeIdempotent: storeUnavailable, when the store cannot be reached at 
     const { inProcess: _inProcess, ...remote } = inner as Store & { inProcess?: boolean };
     const store: Store = {
       ...remote,
-      claim: (input) =>
-        state.down ? Promise.reject(new Error('connect ECONNREFUSED (injected)')) : Promise.resolve(inner.claim(input)),
+      claim: (input) => (state.down ? Promise.reject(down()) : Promise.resolve(inner.claim(input))),
     };
     const { wrap } = setup({ store, wait: '5s' });
     let runs = 0;

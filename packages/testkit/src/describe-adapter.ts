@@ -24,6 +24,7 @@ import {
   resolveOutcomePolicy,
   type Store,
   type StoredResponse,
+  StoreUnavailableError,
   storedResponseSize,
   type TransactionalStore,
 } from '@idem/core';
@@ -331,6 +332,7 @@ function instrument(store: Store, flavour: StoreFlavour = 'as-is') {
   /** Each completion's record and the retention it was written with. */
   const completions: { id: string; retentionMs: number }[] = [];
   const faults = {
+    /** `throw`: the store cannot be reached (`StoreUnavailableError`); `lose-ack`: the claim is written, its reply lost. */
     claim: undefined as undefined | 'throw' | 'lose-ack',
     /** `refuse`: every renewal answers that the token is no longer current (another execution took over). */
     renew: undefined as undefined | 'refuse',
@@ -358,7 +360,8 @@ function instrument(store: Store, flavour: StoreFlavour = 'as-is') {
     claim: (input) =>
       answer(() => {
         calls.claim++;
-        if (faults.claim === 'throw') throw new Error('store down (injected)');
+        // As Redis and PostgreSQL report a store they cannot reach.
+        if (faults.claim === 'throw') throw new StoreUnavailableError('store down (injected)');
         return afterwards(store.claim(input), (result) => {
           if (faults.claim === 'lose-ack') throw new Error('claim written, reply lost (injected)');
           if (!result.claimed) calls.refused++;
