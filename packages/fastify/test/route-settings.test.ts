@@ -1,4 +1,4 @@
-import { memoryStore, type Store } from '@idem/core';
+import { memoryStore, type Store, StoreUnavailableError } from '@idem/core';
 import { transactionalMemoryStore } from '@idem/testkit';
 import type { FastifyInstance } from 'fastify';
 import { describe, expect, it } from 'vitest';
@@ -55,7 +55,8 @@ describe("@idem/fastify: a route's storeUnavailable (anchors case 14)", () => {
   // A store down at claim time, as a network store is when it refuses the connection.
   const down = (store: Store): Store => ({
     ...store,
-    claim: () => Promise.reject(new Error('connect ECONNREFUSED (injected)')),
+    claim: () =>
+      Promise.reject(new StoreUnavailableError('Redis claim failed', { cause: new Error('connect ECONNREFUSED') })),
   });
 
   it("a route's storeUnavailable: 'fail-open' runs it unprotected; the plugin's other routes stay fail-closed", async () => {
