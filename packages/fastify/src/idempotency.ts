@@ -578,8 +578,12 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     done: () => void,
   ) {
     if (started.kind === 'pass') {
-      // Run unprotected (fail-open): the client's key is still echoed.
-      if (started.echo !== undefined) reply.header('idempotency-key', started.echo);
+      // Run unprotected (fail-open): the client's key is still echoed, on the raw response too, as
+      // for an execution below (a hijacked reply sends only the raw response's headers).
+      if (started.echo !== undefined) {
+        reply.header('idempotency-key', started.echo);
+        reply.raw.setHeader('idempotency-key', started.echo);
+      }
       return done();
     }
     if (started.kind === 'respond') return answer(reply, started.response);

@@ -81,6 +81,27 @@ describe("@idem/fastify: a route's storeUnavailable (anchors case 14)", () => {
     }
   });
 
+  // Was wrong: under fail-open the key was echoed on Fastify's reply only, which a hijacked reply
+  // (server-sent events, raw writes) never sends: such a response went out without it. An executing
+  // request's echo is put on the raw response too, for that reason.
+  it("fail-open echoes the client's key on a hijacked reply too (server-sent events, raw writes)", async () => {
+    const instance = await app({ store: down(memoryStore()), storeUnavailable: 'fail-open' }, (a) => {
+      a.post('/events', async (_request, reply) => {
+        reply.hijack();
+        reply.raw.writeHead(200, { 'content-type': 'text/event-stream' });
+        reply.raw.end('data: done\n\n');
+      });
+    });
+    try {
+      const sent = await send(instance, 'POST', '/events', 'k-sse');
+      expect(sent.statusCode).toBe(200);
+      expect(sent.body).toBe('data: done\n\n');
+      expect(sent.headers['idempotency-key']).toBe('k-sse');
+    } finally {
+      await instance.close();
+    }
+  });
+
   it("a route's storeUnavailable is refused when the route is added: an unknown value, or fail-open under transactional", async () => {
     await expect(
       app({}, (a) => {
