@@ -1813,6 +1813,23 @@ export function describeAdapter(
       }
     });
 
+    it('fail-open hands the handler the body it read to fingerprint, however framed (14)', async () => {
+      await withWorld(
+        async (world) => {
+          world.store.faults.claim = 'throw';
+          const json = '{"amount":100,"currency":"eur"}';
+          const framings = [{ body: json }, { chunks: [Buffer.from(json.slice(0, 9)), Buffer.from(json.slice(9))] }];
+          for (const [i, framing] of framings.entries()) {
+            const sent = await world.send('/charges', { key: `open-body-${i}`, ...framing });
+            expect(sent.status, String(i)).toBe(201);
+            expect(world.requests.at(-1)?.body, String(i)).toEqual({ amount: 100, currency: 'eur' });
+          }
+          expect(world.server.executions()).toBe(framings.length);
+        },
+        { storeUnavailable: 'fail-open' },
+      );
+    });
+
     it('fail-open bypasses only a store that cannot be reached: a key in progress is still 409 (14)', async () => {
       await withWorld(
         async (world) => {
