@@ -1830,6 +1830,30 @@ export function describeAdapter(
       );
     });
 
+    it('fail-open: no Idempotency-Expires under advertiseExpiry, the key echoed as sent, a throwing onEvent harmless (14)', async () => {
+      let notified = 0;
+      await withWorld(
+        async (world) => {
+          world.store.faults.claim = 'throw';
+          const sent = await world.send('/charges', { key: '"open-quoted-1"' });
+          expect(sent.status).toBe(201);
+          expect(sent.headers['idempotency-key']).toBe('"open-quoted-1"');
+          expect(sent.headers['idempotency-expires']).toBeUndefined();
+          expect(sent.headers['idempotent-replayed']).toBeUndefined();
+          expect(notified).toBe(1);
+          expect(world.server.executions()).toBe(1);
+        },
+        {
+          storeUnavailable: 'fail-open',
+          advertiseExpiry: true,
+          onEvent: (event) => {
+            if (event.type === 'store-error' && event.unprotected === true) notified++;
+            throw new Error('observer failed (injected)');
+          },
+        },
+      );
+    });
+
     it('fail-open bypasses only a store that cannot be reached: a key in progress is still 409 (14)', async () => {
       await withWorld(
         async (world) => {
