@@ -480,7 +480,7 @@ describe.skipIf(!withRedis)('What to alert on, on Redis', () => {
       await proxy.close();
     }
     says(
-      "| `idem.store.errors` above zero for minutes (by `idem.phase`) | The store is down, slow (`storeTimeout`) or full. On `claim` and `get` clients get 503 and nothing runs; on `complete` the client got the handler's answer, which the engine tries to store again in the background, five times over about three seconds (a retry meanwhile gets 409, then the replay), and if it still fails the outcome is lost: the key is released (or abandoned when its lease ends) and a retry runs the operation again; on `renew` leases may be lost (`idem.leases.lost`) |",
+      "| `idem.store.errors` above zero for minutes (by `idem.phase`) | The store is down, slow (`storeTimeout`) or full. On `claim` and `get` clients get 503 and nothing runs (under `storeUnavailable: 'fail-open'` a first claim that could not reach the store, its `StoreUnavailableError` or `storeTimeout`, runs the handler unprotected instead: `idem.unprotected` on the counter, and a retry of it runs again); on `complete` the client got the handler's answer, which the engine tries to store again in the background, five times over about three seconds (a retry meanwhile gets 409, then the replay), and if it still fails the outcome is lost: the key is released (or abandoned when its lease ends) and a retry runs the operation again; on `renew` leases may be lost (`idem.leases.lost`) |",
       section('Metrics, traces and logs'),
     );
   });
