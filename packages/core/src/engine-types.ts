@@ -79,8 +79,10 @@ export type TransactionResult<T> =
 
 /** The idempotency engine: one per service, shared by every request. */
 export interface IdempotencyEngine {
-  begin(input: BeginInput & { storeUnavailable: StoreUnavailablePolicy }): Promise<BeginResult | UnprotectedResult>;
-  begin(input: BeginInput): Promise<BeginResult>;
+  // `unprotected` is among the answers unless the call cannot be asking for 'fail-open': a policy
+  // passed on from an optional setting (`StoreUnavailablePolicy | undefined`) may be it.
+  begin(input: BeginInput & { storeUnavailable?: 'fail-closed' | undefined }): Promise<BeginResult>;
+  begin(input: BeginInput): Promise<BeginResult | UnprotectedResult>;
   /**
    * Stores `response` per the outcome policy (or releases the key when the policy says so). The
    * policy sees `outcome`, with the response's status unless `outcome.status` says otherwise.
