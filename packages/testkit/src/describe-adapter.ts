@@ -1854,6 +1854,35 @@ export function describeAdapter(
       );
     });
 
+    it('fail-open: a throwing handler, a stream and server-sent events answer as without idem, one unprotected event each (14)', async () => {
+      await withWorld(
+        async (world) => {
+          world.store.faults.claim = 'throw';
+          const boom = await world.send('/boom', { key: 'open-boom-1' });
+          expect(boom.status).toBe(500);
+          expect(boom.headers['idempotent-replayed']).toBeUndefined();
+          const stream = await world.send('/stream', { key: 'open-stream-1', body: '{"size":50000}' });
+          expect(stream.status).toBe(200);
+          expect(stream.body.length).toBe(50_000);
+          expect(stream.headers['idempotency-key']).toBe('open-stream-1');
+          const events = await world.send('/events', { key: 'open-events-1' });
+          expect(events.status).toBe(200);
+          expect(events.body.toString('utf8')).toContain('data: done');
+          expect(events.headers['idempotency-key']).toBe('open-events-1');
+          expect(world.server.executions()).toBe(3);
+          // Nothing settles an unprotected run: no complete, release or refusal after its claim's event.
+          expect(world.events).toMatchObject([
+            { type: 'store-error', phase: 'claim', unprotected: true },
+            { type: 'store-error', phase: 'claim', unprotected: true },
+            { type: 'store-error', phase: 'claim', unprotected: true },
+          ]);
+          expect(world.events).toHaveLength(3);
+          expect(world.store.calls.complete + world.store.calls.release).toBe(0);
+        },
+        { storeUnavailable: 'fail-open' },
+      );
+    });
+
     it('fail-open bypasses only a store that cannot be reached: a key in progress is still 409 (14)', async () => {
       await withWorld(
         async (world) => {
