@@ -30,6 +30,8 @@ const backends: StoreBackend[] = await timeoutBackends('proxy');
 
 /** What every origin's POST /charges shares: its effects, and the gate its provider waits on. */
 interface Shared {
+  /** Requests the origins received, counted as they arrive (before the idempotency layer). */
+  arrived: number;
   started: number;
   finished: number;
   provider: ReturnType<typeof gate>;
@@ -51,6 +53,12 @@ async function charge(shared: Shared): Promise<{ id: string }> {
   return { id };
 }
 
+/** Counts the requests `server` receives in `shared.arrived`. */
+function counted(server: http.Server, shared: Shared): http.Server {
+  server.on('request', () => shared.arrived++);
+  return server;
+}
+
 type Extra = Partial<Pick<IdempotencyOptions, 'wait'>>;
 
 const origins: Record<string, (store: Store, shared: Shared, extra?: Extra) => Promise<Origin>> = {
@@ -66,7 +74,7 @@ const origins: Record<string, (store: Store, shared: Shared, extra?: Extra) => P
       res.status(201).json(await charge(shared));
     });
     app.use(idempotencyErrors());
-    return listen(http.createServer(app));
+    return listen(counted(http.createServer(app), shared));
   },
   fastify: async (store, shared, extra = {}) => {
     const app = Fastify();
@@ -75,6 +83,7 @@ const origins: Record<string, (store: Store, shared: Shared, extra?: Extra) => P
     });
     await app.register(fastifyIdempotency, { store, storeTimeout, ...extra });
     app.post('/charges', async (_request, reply) => reply.code(201).send(await charge(shared)));
+    counted(app.server, shared);
     await app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = app.server.address() as { port: number };
     return { url: `http://127.0.0.1:${port}`, close: () => app.close() };
@@ -91,7 +100,7 @@ const origins: Record<string, (store: Store, shared: Shared, extra?: Extra) => P
       ctx.status = 201;
       ctx.body = body;
     });
-    return listen(http.createServer(app.callback()));
+    return listen(counted(http.createServer(app.callback()), shared));
   },
 };
 
@@ -103,12 +112,16 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
   const makeOrigin = origins[framework] as (store: Store, shared: Shared, extra?: Extra) => Promise<Origin>;
 
   it('the proxy answers 504 and hangs up; the retry gets 409 while the handler runs, then its 201, one effect', async () => {
-    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const shared: Shared = { arrived: 0, started: 0, finished: 0, provider: gate() };
     const origin = await makeOrigin(backend.store(), shared);
-    const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
+    const proxy = await timeoutProxy({ upstreams: [origin.url] });
     const url = `${proxy.url}/charges`;
     try {
-      const first = await post(url, 'proxy-504');
+      const answered = post(url, 'proxy-504');
+      // The proxy's timeout comes while the handler runs.
+      await until(() => shared.started === 1);
+      proxy.timeOut();
+      const first = await answered;
       expect(first.status).toBe(504);
       expect(shared.started).toBe(1);
       // The origin's handler still runs: the retry is told so, not handed the proxy's 504.
@@ -130,15 +143,18 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
   });
 
   it('proxy_next_upstream sends the same request to a second origin on the same store: it gets 409, never a second run', async () => {
-    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const shared: Shared = { arrived: 0, started: 0, finished: 0, provider: gate() };
     const store = backend.store();
     const first = await makeOrigin(store, shared);
     const second = await makeOrigin(store, shared);
-    const proxy = await timeoutProxy({ upstreams: [first.url, second.url], timeoutMs: 300, nextUpstream: true });
+    const proxy = await timeoutProxy({ upstreams: [first.url, second.url], nextUpstream: true });
     const url = `${proxy.url}/charges`;
     try {
-      const answer = await post(url, 'next-upstream');
-      // The second origin found the key in progress and said so, at once, within the proxy's timeout.
+      const answered = post(url, 'next-upstream');
+      await until(() => shared.started === 1);
+      proxy.timeOut();
+      const answer = await answered;
+      // The second origin found the key in progress and said so, before any timeout of the proxy.
       expect(proxy.sent()).toEqual([1, 1]);
       expect(answer.status).toBe(409);
       expect(shared.started).toBe(1);
@@ -158,14 +174,20 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
   });
 
   it('a retry that waits at the origin (`wait`) and is cut by the proxy too runs nothing; the next retry replays', async () => {
-    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const shared: Shared = { arrived: 0, started: 0, finished: 0, provider: gate() };
     const origin = await makeOrigin(backend.store(), shared, { wait: '5s' });
-    const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
+    const proxy = await timeoutProxy({ upstreams: [origin.url] });
     const url = `${proxy.url}/charges`;
     try {
-      expect((await post(url, 'waiting')).status).toBe(504);
+      const answered = post(url, 'waiting');
+      await until(() => shared.started === 1);
+      proxy.timeOut();
+      expect((await answered).status).toBe(504);
       // This one waits at the origin for the first run, longer than the proxy gives it.
-      expect((await post(url, 'waiting')).status).toBe(504);
+      const waited = post(url, 'waiting');
+      await until(() => shared.arrived === 2);
+      proxy.timeOut();
+      expect((await waited).status).toBe(504);
       shared.provider.open();
       await until(() => shared.finished === 1);
       const retry = await retryPast409(url, 'waiting');
@@ -181,9 +203,11 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
   });
 
   it("@idem/client through the proxy: 504, then 409 while the handler runs, then the handler's 201 replayed, one effect", async () => {
-    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const shared: Shared = { arrived: 0, started: 0, finished: 0, provider: gate() };
     const origin = await makeOrigin(backend.store(), shared);
-    const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
+    const proxy = await timeoutProxy({ upstreams: [origin.url] });
+    // The proxy's timeout comes while the handler of the client's first attempt runs.
+    void until(() => shared.started === 1).then(proxy.timeOut);
     let waits = 0;
     const api = createClient({
       baseUrl: proxy.url,

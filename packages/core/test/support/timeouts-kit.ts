@@ -122,19 +122,22 @@ export async function listen(server: http.Server): Promise<{ url: string; close:
 export interface TimeoutProxyOptions {
   /** The origins, tried in order (nginx's `proxy_next_upstream timeout` with `non_idempotent`). */
   upstreams: string[];
-  /** How long one origin may take to answer (nginx's `proxy_read_timeout`). */
-  timeoutMs: number;
   /** On a timeout, send the same request to the next origin. Default false: answer 504. */
   nextUpstream?: boolean;
 }
 
 /**
- * A reverse proxy as nginx is one: it forwards the request, gives up on an origin that does not
- * answer within `timeoutMs` (closing its connection to it, as nginx does), and then either answers
- * 504 or sends the same request to the next origin. It counts what each origin was sent.
+ * A reverse proxy as nginx is one: it forwards the request and, when its timeout comes (nginx's
+ * `proxy_read_timeout`), gives up on an origin that has not answered (closing its connection to
+ * it, as nginx does), then either answers 504 or sends the same request to the next origin. It
+ * counts what each origin was sent. The timeout comes when the test calls `timeOut()`, not on a
+ * timer: with a real 300 ms one, a loaded box (CI, load 10) once took longer than that to pass on
+ * the origin's 409, and the proxy turned the answer under test into its own 504.
  */
 export async function timeoutProxy(options: TimeoutProxyOptions) {
   const sent = options.upstreams.map(() => 0);
+  // What a timeout does to each forwarded request still waiting for its origin's answer.
+  const waiting = new Set<() => void>();
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -153,21 +156,23 @@ export async function timeoutProxy(options: TimeoutProxyOptions) {
           headers: { ...req.headers, connection: 'close' },
         });
         let gaveUp = false;
-        const timer = setTimeout(() => {
+        const giveUp = () => {
+          waiting.delete(giveUp);
           gaveUp = true;
           forwarded.destroy();
           if (options.nextUpstream) attempt(index + 1);
           else res.writeHead(504, { 'content-type': 'text/plain' }).end('upstream timed out');
-        }, options.timeoutMs);
+        };
+        waiting.add(giveUp);
         forwarded.on('response', (answer) => {
-          clearTimeout(timer);
+          waiting.delete(giveUp);
           res.writeHead(answer.statusCode ?? 502, answer.headers);
           answer.pipe(res);
         });
         forwarded.on('error', () => {
-          // A connection the timer destroyed has been answered for already.
+          // A connection the timeout destroyed has been answered for already.
           if (gaveUp || res.headersSent) return;
-          clearTimeout(timer);
+          waiting.delete(giveUp);
           res.writeHead(502, { 'content-type': 'text/plain' }).end('bad gateway');
         });
         forwarded.end(body);
@@ -176,7 +181,14 @@ export async function timeoutProxy(options: TimeoutProxyOptions) {
     });
   });
   const listening = await listen(server);
-  return { ...listening, sent: () => [...sent] };
+  return {
+    ...listening,
+    sent: () => [...sent],
+    /** The proxy's timeout: it gives up on every origin that has not answered yet. */
+    timeOut: () => {
+      for (const giveUp of [...waiting]) giveUp();
+    },
+  };
 }
 
 /**
