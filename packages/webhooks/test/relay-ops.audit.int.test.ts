@@ -451,9 +451,10 @@ describe.skipIf(!available)('outbox relay under realistic operations', () => {
     });
     relay.start();
     await until(() => silent.count() === 1, 'the attempt in flight');
-    const asked = Date.now();
     await relay.stop();
-    expect(Date.now() - asked).toBeGreaterThan(300);
+    // The row proves that stop() waited: its attempt is recorded only when the sender's 700 ms
+    // timeout ends it. A bound on stop()'s own duration, measured from when the 10 ms poll saw the
+    // arrival, said nothing more and failed on a loaded box, where that poll came late.
     const [row] = await rows();
     expect(row).toMatchObject({ status: 'pending', locked_by: null, attempts: 1 });
     expect(row.last_attempt).toMatchObject({ result: 'timeout' });
