@@ -19,5 +19,8 @@ export type StoreUnavailablePolicy = 'fail-closed' | 'fail-open';
 export function checkStoreUnavailable(value: unknown, name = 'storeUnavailable'): StoreUnavailablePolicy {
   if (value === undefined) return 'fail-closed';
   if (value === 'fail-closed' || value === 'fail-open') return value;
-  throw new TypeError(`${name} must be 'fail-closed' or 'fail-open', not ${JSON.stringify(value) ?? String(value)}`);
+  // Named without JSON.stringify or String: a BigInt or an object without a prototype would make
+  // them throw an error of their own in place of this one.
+  const shown = typeof value === 'string' ? JSON.stringify(value) : value === null ? 'null' : typeof value;
+  throw new TypeError(`${name} must be 'fail-closed' or 'fail-open', not ${shown}`);
 }

@@ -784,8 +784,9 @@ describe('makeIdempotent: storeUnavailable, when the store cannot be reached at 
 
   it('an unknown value: a TypeError naming the option', () => {
     const { wrap } = setup();
-    for (const value of ['open', true, null]) {
-      expect(() => wrap(async () => 1, { storeUnavailable: value as never }), String(value)).toThrow(
+    // A BigInt and an object without a prototype too: naming the value must not throw a TypeError of its own.
+    for (const value of ['open', true, null, 1n, Symbol('open'), Object.create(null)]) {
+      expect(() => wrap(async () => 1, { storeUnavailable: value as never }), typeof value).toThrow(
         /storeUnavailable must be 'fail-closed' or 'fail-open'/,
       );
     }
