@@ -2,44 +2,23 @@
 // cannot be reached, and what a claim the engine gave up on does once it lands.
 import { randomUUID } from 'node:crypto';
 import { createIdempotency, type IdempotencyEvent, recordId } from '@idem/core';
-import type pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { postgresStore } from '../src/index.js';
-import { freshTable, postgresAvailable, testPool, uniqueTable } from './database.js';
+import { postgresAvailable, uniqueTable } from './database.js';
+import { idle, poolsOnFreshTable } from './pools.js';
 
 const available = await postgresAvailable();
 const request = () => ({ key: randomUUID(), scope: 'caller', operation: 'POST /charges', fingerprint: 'f' });
-const idle = (pool: pg.Pool) => pool.waitingCount === 0 && pool.idleCount === pool.totalCount;
 
 describe.runIf(available)("storeUnavailable: 'fail-open' on PostgreSQL", () => {
-  let table: string;
-  let drop: () => Promise<void>;
-  const pools: pg.Pool[] = [];
-  const poolOf = (options: pg.PoolConfig) => {
-    const pool = testPool({ max: 1, ...options });
-    pools.push(pool);
-    return pool;
-  };
-  const admin = testPool({ max: 1 });
-
-  beforeAll(async () => {
-    ({ table, drop } = await freshTable(admin, 'failopen'));
-  });
-
-  afterEach(async () => {
-    for (const pool of pools.splice(0)) await pool.end();
-  });
-
-  afterAll(async () => {
-    await drop();
-    await admin.end();
-  });
+  const fixture = poolsOnFreshTable('failopen');
+  const { admin, poolOf } = fixture;
 
   it('a claim that timed out runs the request unprotected, and is withdrawn when it lands late', async () => {
     const pool = poolOf({});
     const events: IdempotencyEvent[] = [];
     const engine = createIdempotency({
-      store: postgresStore({ client: pool, table }),
+      store: postgresStore({ client: pool, table: fixture.table }),
       storeTimeout: '200ms',
       onEvent: (event) => events.push(event),
     });
@@ -50,7 +29,7 @@ describe.runIf(available)("storeUnavailable: 'fail-open' on PostgreSQL", () => {
     expect(started).toEqual({ kind: 'unprotected' });
     busy.release();
     // The claim lands once the connection is free, for nobody: withdrawn, not left in progress.
-    const store = postgresStore({ client: admin, table });
+    const store = postgresStore({ client: admin, table: fixture.table });
     const id = recordId(first.scope, first.operation, first.key);
     await expect.poll(async () => idle(pool) && (await store.get(id)) === undefined).toBe(true);
     expect(events).toMatchObject([{ type: 'store-error', phase: 'claim', unprotected: true }]);

@@ -5,9 +5,10 @@
 import { randomUUID } from 'node:crypto';
 import { createIdempotency, type IdempotencyEvent, recordId } from '@idem/core';
 import type pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { postgresStore } from '../src/index.js';
-import { freshTable, postgresAvailable, testPool } from './database.js';
+import { postgresAvailable } from './database.js';
+import { idle, poolsOnFreshTable } from './pools.js';
 
 const available = await postgresAvailable();
 const response = { status: 201, headers: {}, body: new TextEncoder().encode('{"id":"ch_1"}') };
@@ -19,33 +20,9 @@ async function holdTheOnlyConnection(pool: pg.Pool): Promise<() => void> {
   return () => client.release();
 }
 
-const idle = (pool: pg.Pool) => pool.waitingCount === 0 && pool.idleCount === pool.totalCount;
-
 describe.runIf(available)('a saturated pg Pool', () => {
-  let table: string;
-  let drop: () => Promise<void>;
-  const pools: pg.Pool[] = [];
-  const poolOf = (options: pg.PoolConfig) => {
-    const pool = testPool({ max: 1, ...options });
-    pools.push(pool);
-    return pool;
-  };
-
-  // Creates and drops the table, apart from the pools under test.
-  const admin = testPool({ max: 1 });
-
-  beforeAll(async () => {
-    ({ table, drop } = await freshTable(admin, 'saturated'));
-  });
-
-  afterEach(async () => {
-    for (const pool of pools.splice(0)) await pool.end();
-  });
-
-  afterAll(async () => {
-    await drop();
-    await admin.end();
-  });
+  const fixture = poolsOnFreshTable('saturated');
+  const { admin, poolOf } = fixture;
 
   // Was wrong: with the Pool the docs recommend (connectionTimeoutMillis: 1_000), a completion that
   // waits too long for a connection is dropped from the pool's queue (the outcome is never written),
@@ -57,7 +34,7 @@ describe.runIf(available)('a saturated pg Pool', () => {
   it('keeps the outcome of a handler whose completion found no connection in time', async () => {
     const pool = poolOf({ connectionTimeoutMillis: 200 });
     const events: IdempotencyEvent[] = [];
-    const store = postgresStore({ client: pool, table });
+    const store = postgresStore({ client: pool, table: fixture.table });
     const engine = createIdempotency({ store, storeTimeout: '2s', onEvent: (event) => events.push(event) });
     // The pool's connection opened and the store's look at its table done first: on a busy box a
     // fresh connection can take longer than the 200 ms allowed, and the claim below must get through.
@@ -102,7 +79,7 @@ describe.runIf(available)('a saturated pg Pool', () => {
     const pool = poolOf({});
     const events: IdempotencyEvent[] = [];
     const engine = createIdempotency({
-      store: postgresStore({ client: pool, table }),
+      store: postgresStore({ client: pool, table: fixture.table }),
       storeTimeout: '200ms',
       onEvent: (event) => events.push(event),
     });
@@ -111,7 +88,7 @@ describe.runIf(available)('a saturated pg Pool', () => {
     const refused = await engine.begin(first);
     expect(refused).toMatchObject({ kind: 'reject', error: { code: 'store_unavailable' } });
     free();
-    const store = postgresStore({ client: admin, table });
+    const store = postgresStore({ client: admin, table: fixture.table });
     const id = recordId(first.scope, first.operation, first.key);
     await expect.poll(async () => idle(pool) && (await store.get(id)) === undefined).toBe(true);
     // The late claim did land (and was withdrawn): a store-error for the 503, nothing else.
