@@ -578,12 +578,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     done: () => void,
   ) {
     if (started.kind === 'pass') {
-      // Run unprotected (fail-open): the client's key is still echoed, on the raw response too, as
-      // for an execution below (a hijacked reply sends only the raw response's headers).
-      if (started.echo !== undefined) {
-        reply.header('idempotency-key', started.echo);
-        reply.raw.setHeader('idempotency-key', started.echo);
-      }
+      // Run unprotected (fail-open): the client's key is still echoed.
+      if (started.echo !== undefined) echoKey(reply, started.echo);
       return done();
     }
     if (started.kind === 'respond') return answer(reply, started.response);
@@ -594,10 +590,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
       void own.engine.release(lease);
       return;
     }
-    // On the raw response too: Fastify sends its reply's headers only when it sends the reply, and a
-    // hijacked one (server-sent events, raw writes) would go out without the key, a minted one lost.
-    reply.header('idempotency-key', started.echo);
-    reply.raw.setHeader('idempotency-key', started.echo);
+    echoKey(reply, started.echo);
     const context: IdempotencyContext = own.context(started);
     request.idempotency = context;
     const execution: Execution = { thrown: false, capture: undefined };
@@ -679,3 +672,11 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
  * app.post('/webhooks', { config: { idempotency: false } }, async () => ({ ok: true }));
  */
 export const idempotency = fp(plugin, { fastify: '5.x', name: '@idem/fastify' });
+
+// The `Idempotency-Key` response header, on the raw response too: Fastify sends its reply's headers
+// only when it sends the reply, and a hijacked one (server-sent events, raw writes) would go out
+// without the key, a minted one lost.
+function echoKey(reply: FastifyReply, key: string): void {
+  reply.header('idempotency-key', key);
+  reply.raw.setHeader('idempotency-key', key);
+}
