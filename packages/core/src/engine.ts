@@ -38,21 +38,6 @@ import {
 import { assertStoredResponse, isResponseTooLargeError } from './stored-response.js';
 import { isTransactionalStore, type TransactionalStore } from './transactional.js';
 
-// Imported from here by the tests (and any import site older than the modules these now live in):
-// this package's own modules import them from those modules.
-export { completionRetryPauses, type SettleNow, settleNow } from './engine-hooks.js';
-export { engineOptionNames, type IdempotencyOptions } from './engine-options.js';
-export type {
-  BeginInput,
-  BeginResult,
-  CompleteResult,
-  IdempotencyEngine,
-  Lease,
-  ReleaseResult,
-  TransactionResult,
-  UnprotectedResult,
-} from './engine-types.js';
-
 // Results that carry no data are shared: a fresh object per call is garbage the collector must chase.
 const STORED: CompleteResult = Object.freeze({ ok: true, stored: true });
 const NOT_STORED: CompleteResult = Object.freeze({ ok: true, stored: false });

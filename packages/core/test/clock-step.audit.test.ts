@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { type BeginResult, createIdempotency } from '../src/engine.js';
+import { createIdempotency } from '../src/engine.js';
+import type { BeginResult } from '../src/engine-types.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store, StoredResponse } from '../src/store.js';
 

@@ -3,7 +3,8 @@
 // option that lets a conformance table (testkit's describeAdapter) run them without 3.1 s of real
 // waiting per scenario.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { completionRetryPauses, createIdempotency } from '../src/engine.js';
+import { createIdempotency } from '../src/engine.js';
+import { completionRetryPauses } from '../src/engine-hooks.js';
 import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createIdempotency, type Lease } from '../src/engine.js';
+import { createIdempotency } from '../src/engine.js';
+import type { Lease } from '../src/engine-types.js';
 import { memoryStore } from '../src/memory-store.js';
 
 const LEASE = 5_000;

@@ -1,6 +1,8 @@
 import { transactionalMemoryStore } from '@idem/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { type BeginResult, createIdempotency, type IdempotencyOptions } from '../src/engine.js';
+import { createIdempotency } from '../src/engine.js';
+import type { IdempotencyOptions } from '../src/engine-options.js';
+import type { BeginResult } from '../src/engine-types.js';
 import type { IdempotencyEvent } from '../src/events.js';
 import { fingerprintRequest } from '../src/fingerprint.js';
 import { type MemoryStore, memoryStore } from '../src/memory-store.js';

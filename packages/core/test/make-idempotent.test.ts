@@ -3,7 +3,8 @@
 import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
+import { createIdempotency } from '../src/engine.js';
+import type { IdempotencyOptions } from '../src/engine-options.js';
 import { isIdempotencyError, StoreUnavailableError } from '../src/errors.js';
 import { payloadFingerprint } from '../src/fingerprint.js';
 import {

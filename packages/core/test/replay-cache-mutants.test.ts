@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
+import { createIdempotency } from '../src/engine.js';
+import type { IdempotencyOptions } from '../src/engine-options.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { ClaimResult, Store, StoredResponse } from '../src/store.js';
 

@@ -1,6 +1,7 @@
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
-import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
+import { createIdempotency } from '../src/engine.js';
+import type { IdempotencyOptions } from '../src/engine-options.js';
 import type { IdempotencyEvent } from '../src/events.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store, StoredResponse } from '../src/store.js';
