@@ -256,6 +256,41 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     await expectSignedInWithOneNewGrant(agent, sent.response.headers.get('location'), before);
   });
 
+  // Was wrong: Allow, at an interaction that names a grant deleted since, read it before Cancel stored
+  // its cancel, and was refused (the cancel was stored first); its retry, meant for a deleted grant
+  // named meanwhile, took the cancel (no grant named) for one and stored its finish over it: the later
+  // stored word won, Allow's grant signed in the browser that followed Cancel. Decided: the finish
+  // stored first under the compare-and-set wins; Allow answers its "Sign-in cancelled" page.
+  it('cancels when Cancel is stored first while Allow, at an interaction naming a deleted grant, is on its way', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const uid = new URL(action).pathname.split('/')[2]!;
+    const { rowCount } = await stack.dbs.one.query(
+      `update idp_models set payload = jsonb_set(payload, '{result}', '{"consent":{"grantId":"deleted-grant"}}')
+       where model = 'Interaction' and id = $1`,
+      [storedId('Interaction', uid)],
+    );
+    expect(rowCount).toBe(1);
+    // Allow read the interaction and saved its grant; it is held just before its finish is stored.
+    const atFinish = gate();
+    finishHolds.push(atFinish.hold);
+    const allow = agent.postForm(action, fields);
+    await atFinish.at;
+    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+    expect(cancelled.response.status).toBe(303);
+    atFinish.release();
+    const refused = await allow;
+    expect(refused.response.status).toBe(400);
+    expect(refused.response.headers.get('cache-control')).toBe('no-store');
+    expect(refused.body).toContain('<h1>Sign-in cancelled</h1>');
+    const back = await agent.follow(new URL(cancelled.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect(new URL(back.url).searchParams.get('error')).toBe('access_denied');
+    await agent.request(back.url);
+    expect(agent.jar.cookies.get('app_session')).toBeUndefined();
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual([]);
+  });
+
   // Was wrong: "Allow", then "Cancel" before the browser followed Allow's answer (the cancel's finish
   // overwrites the consent's result): the sign-in was cancelled and Allow's new grant left named by
   // nothing until it expired. Decided: Cancel, the person's last word and the answer the browser

@@ -255,13 +255,16 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         // it, so it goes, best effort, and this POST answers the same way on, naming the other's.
         // When the other POST's grant is gone too (its finish was stored though its database answered
         // an error, and it deleted its grant), this POST's finish is made once more, against what the
-        // interaction names now.
+        // interaction names now. Only then: a Cancel stored meanwhile names no grant at all, and was
+        // stored first, so it wins; this POST's grant goes (below) and it answers its lost-the-race page.
         const again =
           error instanceof ConsentedByAnother && !before ? await provider.interactionDetails(req, res) : undefined;
         if (again === undefined) throw error;
+        const named = again.result?.consent?.grantId;
+        if (typeof named !== 'string' || named === '') throw error;
         const meanwhile = await consentedGrant(again);
         if (meanwhile === undefined) {
-          await finishConsentRead(again.result?.consent?.grantId, () =>
+          await finishConsentRead(named, () =>
             provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
           );
           return;
