@@ -24,11 +24,13 @@ import { payloadAsRead, payloadAtRest, storedId } from './stored-id.js';
  *
  * The save of an Interaction that finishes a consent is one as well, when made within
  * {@link finishConsentRead}: stored only while the interaction names the consent's grant it named when
- * the consent read it (none, or a grant deleted since), or names the same grant as this save. Two
+ * the consent read it (none, or a grant deleted since) and holds the error it held then (a Cancel's),
+ * or names the same grant as this save. Two
  * POSTs of one consent form (a double click) each save a grant of their own and finish the
  * interaction; without it, the later finish overwrote the first's result, and the first's grant was
  * named by nothing (or the browser that followed the first answer resumed with the second's grant).
- * The later one is refused with {@link ConsentedByAnother} instead.
+ * The later one is refused with {@link ConsentedByAnother} instead; so is an Allow that read the
+ * interaction before a Cancel was stored: the finish stored first wins.
  *
  * A rotated refresh token presented again within `refreshTokenReuseSeconds` (30 by default) of its
  * first use is answered once more instead of revoking the grant: the reuse interval, Auth0's name
@@ -109,29 +111,35 @@ export { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds };
 
 /**
  * A consent's finish was not stored: another POST of the same form finished the interaction, naming
- * its own grant, after this one read it. The interaction is there, finished, and names that grant.
+ * its own grant or cancelling it, after this one read it. The interaction is there, finished so.
  */
 export class ConsentedByAnother extends errors.SessionNotFound {}
 
-/** The grant the interaction's consent named when the POST finishing it now read it (see below). */
-const consentRead = new AsyncLocalStorage<{ grantId: string | undefined }>();
+/**
+ * The interaction's result as the POST finishing it now read it (see below): the grant its consent
+ * named, and its error (a Cancel stored: `access_denied`).
+ */
+const consentRead = new AsyncLocalStorage<{ grantId: string | undefined; error: string | undefined }>();
 
 /**
- * Runs `finish` (a consent's `provider.interactionFinished`) so that the Interaction's save in it is
- * stored only while the interaction's consent still names `grantId`, the grant it named when this POST
- * read it (`undefined`: none), or names the grant the save names: otherwise it throws
- * {@link ConsentedByAnother}. The condition is checked in the save's own statement, so of two
- * concurrent finishes exactly one is stored.
+ * Runs `finish` (a consent's or a Cancel's `provider.interactionFinished`) so that the
+ * Interaction's save in it is stored only while the interaction's result is as this POST read it,
+ * `read` (`details.result`): its consent names the same grant (or none), and it holds the same error
+ * (or none), so a Cancel stored since is not overwritten, nor an Allow. Or while it names the grant the
+ * save names. Otherwise it throws {@link ConsentedByAnother}. The condition is checked in the save's own
+ * statement, so of two concurrent finishes exactly one is stored.
  *
  * @example
  * ```ts
- * await finishConsentRead(details.result?.consent?.grantId, () =>
+ * await finishConsentRead(details.result, () =>
  *   provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
  * );
  * ```
  */
-export function finishConsentRead<Result>(grantId: unknown, finish: () => Promise<Result>): Promise<Result> {
-  return consentRead.run({ grantId: consentGrantId(grantId) }, finish);
+export function finishConsentRead<Result>(read: unknown, finish: () => Promise<Result>): Promise<Result> {
+  const result = read as { consent?: { grantId?: unknown }; error?: unknown } | undefined;
+  const error = typeof result?.error === 'string' ? result.error : undefined;
+  return consentRead.run({ grantId: consentGrantId(result?.consent?.grantId), error }, finish);
 }
 
 /** A consent result's grant id as stored (`result.consent.grantId`): a non-empty string, or none. */
@@ -358,9 +366,10 @@ function createSqlAdapter(
         await refuseReplay(used);
       }
       // A consent's finish (see `finishConsentRead`): `$8`, the grant the consent named when it was
-      // read; `$9`, the one this save names.
+      // read; `$9`, the one this save names; `$10`, the error the result held when it was read.
       const read = tombstoned ? consentRead.getStore() : undefined;
       const stored = "idp_models.payload #>> '{result,consent,grantId}'";
+      const storedError = "idp_models.payload #>> '{result,error}'";
       const save = db.query(
         `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
          values ($1, $2, $3, $4, $5, $6, ${expiresAt})
@@ -368,10 +377,15 @@ function createSqlAdapter(
            payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
            user_code = excluded.user_code, expires_at = excluded.expires_at
          ${tombstoned ? 'where idp_models.consumed_at is null' : ''}
-         ${read ? `and (${stored} is not distinct from $8::text or ${stored} = $9::text)` : ''}
+         ${read ? `and ((${stored} is not distinct from $8::text and ${storedError} is not distinct from $10::text) or ${stored} = $9::text)` : ''}
          returning id`,
         read
-          ? [...rowParams(id, payload, expiresIn), read.grantId ?? null, consentGrantOf(payload) ?? null]
+          ? [
+              ...rowParams(id, payload, expiresIn),
+              read.grantId ?? null,
+              consentGrantOf(payload) ?? null,
+              read.error ?? null,
+            ]
           : rowParams(id, payload, expiresIn),
       );
       const { rows } = model === 'AccessToken' ? await undoneOnFailure(db, save) : await save;

@@ -1,5 +1,5 @@
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
-import type Provider from 'oidc-provider';
+import type { Grant, default as Provider } from 'oidc-provider';
 import { errors } from 'oidc-provider';
 import { clientErrorStatus } from '../client-error.js';
 import type { Csrf } from '../csrf.js';
@@ -9,6 +9,7 @@ import { errorPage, pageHeaders } from '../html.js';
 import { methodNotAllowed } from '../methods.js';
 import { credentialText, hasControlCharacters } from '../text.js';
 import { ConsentedByAnother, finishConsentRead } from './adapter.js';
+import { addConsent, takeBackConsent } from './consent-grant.js';
 import type { RequestedScopes } from './consent-policy.js';
 import type { LoginThrottle } from './login-throttle.js';
 import { consentPage, invalidLoginMessage, loginPage, tooManyLogins } from './pages.js';
@@ -76,6 +77,12 @@ function asked(details: { prompt: { details: Record<string, unknown> } }) {
       return { resource, scopes: requested, ...split(requested, missingResources[resource] ?? [], granted) };
     }),
   };
+}
+
+/** Saves `grant` without what Allow added for these consent prompt details (see `takeBackConsent`). */
+function takenBack(grant: Grant, details: Record<string, unknown>): Promise<unknown> {
+  takeBackConsent(grant, details);
+  return grant.save();
 }
 
 /**
@@ -218,7 +225,7 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       // Stored only while the interaction still names that grant (see `finishConsentRead`): a Cancel
       // stored since deleted it, and this finish would write it back over the cancel. Refused, it
       // answers the error page; the browser follows the Cancel, the later form.
-      await finishConsentRead(consented, () =>
+      await finishConsentRead(details.result, () =>
         provider.interactionFinished(req, res, { consent: { grantId: consented } }, { mergeWithLastSubmission: true }),
       );
       return;
@@ -230,15 +237,7 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       ? await provider.Grant.find(details.grantId)
       : new provider.Grant({ accountId, clientId });
     if (!grant || (details.grantId && !before)) throw new errors.SessionNotFound('grant not found');
-    const promptDetails = details.prompt.details;
-    const scopes = promptDetails.missingOIDCScope as string[] | undefined;
-    if (scopes?.length) grant.addOIDCScope(scopes.join(' '));
-    const claims = promptDetails.missingOIDCClaims as string[] | undefined;
-    if (claims?.length) grant.addOIDCClaims(claims);
-    const resources = promptDetails.missingResourceScopes as Record<string, string[]> | undefined;
-    for (const [resource, resourceScopes] of Object.entries(resources ?? {})) {
-      grant.addResourceScope(resource, resourceScopes.join(' '));
-    }
+    addConsent(grant, details.prompt.details);
     const grantId = await grant.save();
     res.set('Cache-Control', 'no-store');
     try {
@@ -246,7 +245,7 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         // Stored only while the interaction names no other grant than it did when this POST read it
         // (see `finishConsentRead`), in the save's own statement: of the two requests of a double
         // click side by side, whatever each read before, one finish is stored and the other refused.
-        await finishConsentRead(details.result?.consent?.grantId, () =>
+        await finishConsentRead(details.result, () =>
           provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
         );
       } catch (error) {
@@ -264,13 +263,13 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         if (typeof named !== 'string' || named === '') throw error;
         const meanwhile = await consentedGrant(again);
         if (meanwhile === undefined) {
-          await finishConsentRead(named, () =>
+          await finishConsentRead(again.result, () =>
             provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
           );
           return;
         }
         await grant.destroy().catch(() => undefined);
-        await finishConsentRead(meanwhile, () =>
+        await finishConsentRead(again.result, () =>
           provider.interactionFinished(
             req,
             res,
@@ -293,8 +292,17 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       if (!res.headersSent) {
         // The grant another POST's finished sign-in names is the interaction's own (details.grantId),
         // or that POST's new one: never this POST's new grant, whose id nothing else has.
+        // A Cancel stored first (ConsentedByAnother at the interaction's own grant: a consent naming it
+        // is never refused) names no grant: what this POST added is taken back, as the Cancel does.
+        const cancelledFirst = grantId === details.grantId && error instanceof ConsentedByAnother;
         const namedByAnother = grantId === details.grantId && error instanceof errors.SessionNotFound;
-        const undo = namedByAnother ? undefined : before ? before.save() : grant.destroy();
+        const undo = cancelledFirst
+          ? takenBack(grant, details.prompt.details)
+          : namedByAnother
+            ? undefined
+            : before
+              ? before.save()
+              : grant.destroy();
         const undone = await (undo ?? Promise.resolve()).then(
           () => true,
           () => false,
@@ -351,19 +359,21 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     // Allow was sent first and finished the interaction, and its answer was not followed yet: the
     // person's last word is Cancel, the answer the browser follows, so the sign-in is cancelled. A
     // grant that Allow made (new: not the interaction's own) would be named by nothing once the
-    // cancel is stored, so it goes, best effort. A grant Allow widened stays widened (its earlier
-    // state is not kept here): no token came of the widening, as none comes without a sign-in.
+    // cancel is stored, so it goes, best effort. From a grant Allow widened (a re-consent), what it
+    // added is taken back, best effort: left in, the next sign-in of that client would get it with
+    // no consent page.
     res.set('Cache-Control', 'no-store');
     // The cancel is stored only while the interaction names the grant it named when read (see
     // `finishConsentRead`): an Allow sent at the same time that finished it after this read would
     // otherwise be overwritten, its new grant unknown here and left named by nothing. Refused, the
     // interaction is read again and the cancel, still the later word, made against what it names now.
-    // An Allow that stores its finish after this cancel is stored is the later word: it wins, and
+    // An Allow that read the interaction before this cancel was stored is refused in turn (the finish
+    // stored first wins); one sent after it, that read it cancelled, is the later word: it wins, and
     // this answer leads the same way on, signed in.
     for (let attempt = 1; ; attempt++) {
       const allowed = details.result?.consent?.grantId;
       try {
-        await finishConsentRead(allowed, () =>
+        await finishConsentRead(details.result, () =>
           provider.interactionFinished(
             req,
             res,
@@ -390,9 +400,11 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         details = await provider.interactionDetails(req, res);
         continue;
       }
-      if (typeof allowed === 'string' && allowed !== details.grantId) {
+      if (typeof allowed === 'string') {
+        const own = allowed === details.grantId;
+        const { prompt } = details;
         await provider.Grant.find(allowed)
-          .then((grant) => grant?.destroy())
+          .then((grant) => (own ? grant && takenBack(grant, prompt.details) : grant?.destroy()))
           .catch(() => undefined);
       }
       return;
