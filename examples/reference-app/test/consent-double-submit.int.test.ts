@@ -564,6 +564,27 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     await atConsentPage(agent);
   });
 
+  // A consent page left open while the person signed out at the provider (another tab): its Allow
+  // must not save a grant for the account that signed out, nor go on signed in.
+  it('refuses Allow and Cancel sent from a consent page left open over a sign-out at the provider', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const confirm = await agent.request(new URL('/session/end', stack.authUrl).href);
+    const end = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(confirm.body)?.[1];
+    const signedOut = await agent.postForm(new URL(end!, stack.authUrl).href, {
+      xsrf: formField(confirm.body, 'xsrf'),
+      logout: 'yes',
+    });
+    expect(signedOut.response.status).toBe(303);
+    for (const form of [action, action.replace(/\/consent$/, '/abort')]) {
+      const stale = await agent.postForm(form, fields);
+      expect(stale.response.status).toBe(400);
+      expect(stale.response.headers.get('cache-control')).toBe('no-store');
+      expect(stale.body).toContain('Sign-in expired');
+    }
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual([]);
+  });
+
   it('answers a second POST that comes once the first finished, before the browser followed it, with the same way on', async () => {
     const { agent, fields, action } = await atConsentPage();
     const before = new Set(await grantIds());
