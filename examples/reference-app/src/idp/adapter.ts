@@ -25,10 +25,10 @@ import { payloadAsRead, payloadAtRest, storedId } from './stored-id.js';
  * The save of an Interaction that finishes a consent is one as well, when made within
  * {@link finishConsentRead}: stored only while the interaction names the consent's grant it named when
  * the consent read it (none, or a grant deleted since) and holds the error it held then (a Cancel's),
- * or names the same grant as this save. Two
- * POSTs of one consent form (a double click) each save a grant of their own and finish the
- * interaction; without it, the later finish overwrote the first's result, and the first's grant was
- * named by nothing (or the browser that followed the first answer resumed with the second's grant).
+ * or names the same grant as this save. Two POSTs of one consent form (a double click) each save a
+ * grant of their own and finish the interaction; without it, the later finish overwrote the first's
+ * result, and the first's grant was named by nothing (or the browser that followed the first answer
+ * resumed with the second's grant).
  * The later one is refused with {@link ConsentedByAnother} instead; so is an Allow that read the
  * interaction before a Cancel was stored: the finish stored first wins.
  *

@@ -242,9 +242,10 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     res.set('Cache-Control', 'no-store');
     try {
       try {
-        // Stored only while the interaction names no other grant than it did when this POST read it
-        // (see `finishConsentRead`), in the save's own statement: of the two requests of a double
-        // click side by side, whatever each read before, one finish is stored and the other refused.
+        // Stored only while the interaction names no other grant than it did when this POST read it,
+        // nor holds a cancel stored since (see `finishConsentRead`), in the save's own statement: of
+        // two requests side by side (a double click, Allow and Cancel), one finish is stored and the
+        // other refused.
         await finishConsentRead(details.result, () =>
           provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
         );
