@@ -34,7 +34,9 @@ export function replayCacheOf(option: IdempotencyOptions['replayCache'], inProce
   assertKnownOptions(option, knownReplayCacheOptions, 'replayCache');
   const ttlMs = toMilliseconds(option.ttl, 'replayCache.ttl');
   if (!(ttlMs >= 1) || ttlMs > 3_600_000) throw new TypeError('replayCache.ttl must be from 1ms to 1h');
-  const entries = option.entries ?? 10_000;
+  // Only a field left out (or undefined) takes the default: a null is refused as a bound that means
+  // nothing, as 0 is, not read as "the default".
+  const entries = option.entries === undefined ? 10_000 : option.entries;
   if (!Number.isSafeInteger(entries) || entries < 1)
     throw new TypeError('replayCache.entries must be a positive integer');
   return inProcess ? undefined : createReplayCache(ttlMs, entries);

@@ -189,4 +189,32 @@ describe('replayCache: completed outcomes of a shared store answered from this p
     }
     for (const good of [false, undefined, { ttl: 1 }, { ttl: '1h', entries: 1 }]) expect(made(good)).not.toThrow();
   });
+
+  // Before, `entries: null` took the default bound in silence, while `entries: 0` threw. Only a
+  // missing (or undefined) field takes a default; any other value that is no bound is refused, by name.
+  it('refuses a ttl or entries that is not one, null included, with a TypeError naming the field', () => {
+    const store = memoryStore();
+    const made = (replayCache: unknown) => () => createIdempotency({ store, replayCache: replayCache as never });
+    const bad: Array<[string, unknown]> = [
+      ['replayCache.entries', { ttl: '1s', entries: null }],
+      ['replayCache.entries', { ttl: '1s', entries: '100' }],
+      ['replayCache.entries', { ttl: '1s', entries: Number.NaN }],
+      ['replayCache.entries', { ttl: '1s', entries: -1 }],
+      ['replayCache.entries', { ttl: '1s', entries: 2.5 }],
+      ['replayCache.entries', { ttl: '1s', entries: Number.POSITIVE_INFINITY }],
+      ['replayCache.entries', { ttl: '1s', entries: true }],
+      ['replayCache.ttl', { ttl: null }],
+      ['replayCache.ttl', { entries: 10 }],
+      ['replayCache.ttl', { ttl: '100' }],
+      ['replayCache.ttl', { ttl: Number.NaN }],
+      ['replayCache.ttl', { ttl: -1 }],
+      ['replayCache.ttl', { ttl: true }],
+    ];
+    for (const [name, value] of bad) {
+      const label = String(Object.entries(value as object).map(([field, v]) => `${field}: ${String(v)}`));
+      expect(made(value), label).toThrow(TypeError);
+      expect(made(value), label).toThrow(name);
+    }
+    expect(made({ ttl: '1s', entries: undefined })).not.toThrow();
+  });
 });
