@@ -42,6 +42,9 @@ export interface MakeIdempotentOptions<M> {
    * A larger result is not kept (the first run and its redeliveries get `response_not_replayable`).
    * Measured as stores measure a response (see `storedResponseSize`), and never above the store's own
    * cap (`maxResponseBytes`, 4 MiB by default on Redis and PostgreSQL), whatever is set. Default 1 MiB.
+   * The result is measured after the handler ran, so a larger one has had its effect: the key is kept
+   * as unreplayable and the handler is not run again. An unprotected run (`storeUnavailable:
+   * 'fail-open'`) stores nothing, so no cap applies to it: its result is returned whatever its size.
    */
   maxResultBytes?: number | undefined;
   /**

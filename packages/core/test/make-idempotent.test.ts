@@ -678,6 +678,33 @@ describe('makeIdempotent: storeUnavailable, when the store cannot be reached at 
     expect(state.completes).toBe(0);
   });
 
+  // Decided: maxResultBytes exists because a result must be stored to be replayed. An unprotected
+  // run stores nothing, so the cap does not apply: its result is returned, whatever its size (a
+  // protected run over the cap throws response_not_replayable after the effect, and keeps the key).
+  // A result JSON cannot write has no value of its stored form to return (its type is `never`): it
+  // throws response_not_replayable either way.
+  it('fail-open: a result over maxResultBytes is returned, unprotected, as nothing is stored', async () => {
+    const { store: inner } = setup();
+    const { store, state } = downAtClaim(inner);
+    const { wrap } = setup({ store });
+    const big = 'x'.repeat(1000);
+    const handle = wrap(async () => ({ big }), { storeUnavailable: 'fail-open', maxResultBytes: 100 });
+    expect(await handle(order('o-1'))).toEqual({ big });
+    expect(state.completes).toBe(0);
+    // The same result, protected, is refused: the cap is about what is stored.
+    state.down = false;
+    const refused = await rejection(handle(order('o-1')));
+    expect(isIdempotencyError(refused) && refused.code).toBe('response_not_replayable');
+    state.down = true;
+    let runs = 0;
+    const bigint = wrap(async () => ({ cents: BigInt(++runs) }), { storeUnavailable: 'fail-open' });
+    const thrown = await rejection(bigint(order('o-2')));
+    expect(isIdempotencyError(thrown) && thrown.code).toBe('response_not_replayable');
+    expect(isIdempotencyError(thrown) && thrown.retryable).toBe(false);
+    await rejection(bigint(order('o-2')));
+    expect(runs).toBe(2);
+  });
+
   it('fail-open: a store that answers is never bypassed; a key in progress is still in_progress', async () => {
     const { wrap } = setup();
     let release: () => void = () => undefined;
