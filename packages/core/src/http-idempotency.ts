@@ -275,7 +275,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     if (started.kind === 'reject') return { kind: 'respond', response: problem(started.error) };
     // Fail-open: the request goes on as one no idempotency covers. A minted key is not handed out:
     // nothing stored it, so a retry with it would run again as if it were protected.
-    if (started.kind === 'unprotected') return minted ? { kind: 'pass' } : { kind: 'pass', echo };
+    if (started.kind === 'unprotected')
+      return minted ? { kind: 'pass', unprotected: true } : { kind: 'pass', echo, unprotected: true };
     if (started.kind === 'replay')
       return { kind: 'respond', response: replay(started.response, echo, request.acceptEncoding) };
     return { kind: 'execute', key, echo, lease: started.lease, minted, body };

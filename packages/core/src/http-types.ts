@@ -122,8 +122,8 @@ export interface HttpRequestInfo {
   /** The raw `Idempotency-Key` field value(s). */
   keyHeader: string | readonly string[] | undefined;
   /**
-   * True when another idem middleware already took this request (its context is on the request): an
-   * app-wide instance and a route's own. The first one's claim covers the request; this one steps
+   * True when another idem middleware already took this request (its context is on the request, or
+   * it ran the request unprotected: `ranUnprotected`): an app-wide instance and a route's own. The first one's claim covers the request; this one steps
    * aside and warns once, instead of claiming the same key again and answering 409 to every request.
    */
   stacked?: boolean | undefined;
@@ -162,6 +162,12 @@ export type HttpBeginResult =
        * `Idempotency-Key` response header, as the client sent it. Nothing holds the key.
        */
       echo?: string;
+      /**
+       * True when the request runs unprotected (`storeUnavailable: 'fail-open'`), a minted key's too.
+       * The adapter marks the request (`markUnprotected`) and passes `stacked` for it to a second
+       * instance (`ranUnprotected`), which then steps aside rather than try the store again.
+       */
+      unprotected?: true;
     }
   | { kind: 'respond'; response: HttpResponse }
   | {

@@ -124,3 +124,4 @@ export {
   storedResponseSize,
 } from './stored-response.js';
 export { isTransactionalStore, type TransactionalStore } from './transactional.js';
+export { markUnprotected, ranUnprotected } from './unprotected-mark.js';

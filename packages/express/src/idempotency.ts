@@ -6,11 +6,13 @@ import {
   type HttpIdempotencyOptions,
   type IdempotencyContext,
   isLeaseLost,
+  markUnprotected,
   type ParsedBodyFields,
   principalScope,
   problemResponse,
   type ResponseCapture,
   type RoutePathOptions,
+  ranUnprotected,
   readBodyForFingerprint,
   writeResponse,
 } from '@idem/core';
@@ -73,8 +75,9 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
   const run = async (req: Request, res: Response, next: NextFunction) => {
     // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
     // answered as that guard answers a request without a token, not as a server without a scope.
-    // Stacked behind another instance, this one steps aside (begin says so), whatever its scope.
-    const stacked = req.idempotency !== undefined;
+    // Stacked behind another instance, this one steps aside (begin says so), whatever its scope: one
+    // that claimed (its context) or ran the request unprotected (its mark).
+    const stacked = req.idempotency !== undefined || ranUnprotected(req);
     const anonymous = http.scope === undefined && !stacked ? anonymousGuardOf(req) : undefined;
     if (anonymous !== undefined) {
       sendGuardError(res, anonymous.error('token_missing'));
@@ -105,6 +108,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
     if (started.kind === 'pass') {
       // Run unprotected (fail-open): the client's key is still echoed.
       if (started.echo !== undefined) res.setHeader('Idempotency-Key', started.echo);
+      if (started.unprotected) markUnprotected(req);
       next();
       return;
     }

@@ -9,7 +9,7 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 export type ExpressFactory = typeof express;
 
 export async function makeExpressServer(
-  { idempotency: options, routes, routeIdempotency = {}, handle }: AdapterServerOptions,
+  { idempotency: options, routes, routeIdempotency = {}, stacked, handle }: AdapterServerOptions,
   createApp: ExpressFactory = express,
 ) {
   let runs = 0;
@@ -56,7 +56,9 @@ export async function makeExpressServer(
   // Mounted before the body parsers, which still see the body it read.
   app.use(idempotency(options));
   app.use(...parsers);
-  for (const route of routes) if (!own.has(route.path)) mount(route);
+  // A second instance on each route, behind the app-wide one (and its parsers), when a scenario stacks one.
+  const second = stacked === undefined ? [] : [idempotency(stacked)];
+  for (const route of routes) if (!own.has(route.path)) mount(route, ...second);
   // First among the error handlers (Express's own is the only other): tells the policy a handler threw.
   app.use(idempotencyErrors());
   const server = app.listen(0, '127.0.0.1');

@@ -9,6 +9,7 @@ export async function makeFastifyServer({
   idempotency: options,
   routes,
   routeIdempotency = {},
+  stacked,
   handle,
 }: AdapterServerOptions) {
   let runs = 0;
@@ -50,7 +51,14 @@ export async function makeFastifyServer({
   const own = Object.entries(routeIdempotency).filter(
     (entry): entry is [string, FastifyIdempotencyOptions] => entry[1] !== undefined,
   );
-  if (own.length === 0) {
+  if (stacked !== undefined) {
+    // A second instance behind the root one: registered in the context that holds the routes.
+    await app.register(idempotency, options);
+    await app.register(async (instance) => {
+      await instance.register(idempotency, stacked);
+      for (const route of routes) mount(instance, route);
+    });
+  } else if (own.length === 0) {
     await app.register(idempotency, options);
     for (const route of routes) mount(app, route);
   } else {

@@ -11,11 +11,13 @@ import {
   headerRecord,
   type IdempotencyContext,
   isLeaseLost,
+  markUnprotected,
   originForm,
   type ParsedBodyFields,
   principalScope,
   problemResponse,
   type ResponseCapture,
+  ranUnprotected,
   readBodyForFingerprint,
   type StoredResponse,
   writeResponse,
@@ -434,8 +436,9 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     if (!http.handles(ctx.method, keyHeader)) return next();
     // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
     // answered as that guard answers a request without a token, not as a server without a scope.
-    // Stacked behind another instance, this one steps aside (begin says so), whatever its scope.
-    const stacked = ctx.state.idempotency !== undefined;
+    // Stacked behind another instance, this one steps aside (begin says so), whatever its scope: one
+    // that claimed (its context) or ran the request unprotected (its mark).
+    const stacked = ctx.state.idempotency !== undefined || ranUnprotected(ctx);
     const anonymous = http.scope === undefined && !stacked ? anonymousGuardOf(ctx) : undefined;
     if (anonymous !== undefined) return sendGuardError(ctx, anonymous.error('token_missing'));
     const rest = pathInMount(ctx);
@@ -458,6 +461,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     if (started.kind === 'pass') {
       // Run unprotected (fail-open): the client's key is still echoed.
       if (started.echo !== undefined) ctx.set('Idempotency-Key', started.echo);
+      if (started.unprotected) markUnprotected(ctx);
       return next();
     }
     if (started.kind === 'respond') return answer(ctx, started.response);

@@ -10,6 +10,7 @@ export async function makeKoaServer({
   idempotency: options,
   routes,
   routeIdempotency = {},
+  stacked,
   handle,
 }: AdapterServerOptions) {
   let runs = 0;
@@ -74,6 +75,8 @@ export async function makeKoaServer({
     });
   }
   app.use(idempotency(options));
+  // A second instance behind the shared one, when a scenario stacks one.
+  if (stacked !== undefined) app.use(idempotency(stacked));
   app.use(parse);
   app.use(dispatch);
   const server = app.listen(0, '127.0.0.1');

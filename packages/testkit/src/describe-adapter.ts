@@ -153,6 +153,13 @@ export interface AdapterServerOptions {
    * every context's routes as well). Absent in most scenarios: then every route has the shared instance.
    */
   routeIdempotency?: Partial<Record<ScenarioRoute['path'], HttpIdempotencyOptions<any>>> | undefined;
+  /**
+   * A second instance, with these options, behind the shared one on every route (a route's own
+   * instance under an app-wide one: Express and Koa mount it after the shared one, Fastify registers
+   * it in an encapsulated context holding the routes, the shared one on the root). Set only by the
+   * stacking scenarios: the first instance governs, this one must step aside.
+   */
+  stacked?: HttpIdempotencyOptions<any> | undefined;
   /** Every route handler calls this once and writes what it returns. */
   handle: (request: ScenarioRequest) => Promise<ScenarioReply>;
 }
@@ -527,6 +534,7 @@ export function describeAdapter(
     routes: readonly ScenarioRoute[] = scenarioRoutes,
     routeOptions: Partial<Record<ScenarioRoute['path'], Partial<HttpIdempotencyOptions<any>>>> = {},
     flavour: StoreFlavour = 'as-is',
+    stackedOptions?: Partial<HttpIdempotencyOptions<any>>,
   ): Promise<World> => {
     const storeHarness = harness ?? (await makeStore());
     const store = instrument(storeHarness.store, flavour);
@@ -744,6 +752,9 @@ export function describeAdapter(
       idempotency: shared,
       routes,
       ...(Object.keys(routeIdempotency).length > 0 ? { routeIdempotency } : {}),
+      ...(stackedOptions === undefined
+        ? {}
+        : { stacked: layered<HttpIdempotencyOptions<any>>(shared, stackedOptions) }),
       handle,
     });
     return {
@@ -1913,6 +1924,40 @@ export function describeAdapter(
         expect((await world.send('/refunds', { key: 'route-open-1' })).status).toBe(201);
         expect(world.server.executions()).toBe(1);
       } finally {
+        await world.close();
+      }
+    });
+
+    it('two instances on one request: the first governs, with the store up or down (fail-open), the second never claims and warns once (14)', async () => {
+      const warned: string[] = [];
+      const onWarning = (warning: Error & { code?: string }) => {
+        if (warning.code !== undefined) warned.push(warning.code);
+      };
+      process.on('warning', onWarning);
+      // Both instances report to the world's events: the second must add none.
+      const world = await start({ storeUnavailable: 'fail-open' }, undefined, scenarioRoutes, {}, 'as-is', {
+        storeUnavailable: 'fail-open',
+        retention: '48h',
+      });
+      try {
+        const sent = await world.send('/charges', { key: 'stacked-up-1' });
+        expect(sent.status).toBe(201);
+        await world.waitForEvent('complete');
+        expect(world.store.calls.claim).toBe(1);
+        // The first instance ran the request unprotected: the second must not try the store again.
+        world.store.faults.claim = 'throw';
+        const open = await world.send('/charges', { key: 'stacked-down-1' });
+        expect(open.status).toBe(201);
+        expect(open.headers['idempotency-key']).toBe('stacked-down-1');
+        expect(world.store.calls.claim).toBe(2);
+        expect(world.events.filter((event) => event.type === 'store-error')).toMatchObject([
+          { phase: 'claim', unprotected: true },
+        ]);
+        expect(world.server.executions()).toBe(2);
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(warned.filter((code) => code === 'IDEM_STACKED')).toHaveLength(1);
+      } finally {
+        process.off('warning', onWarning);
         await world.close();
       }
     });
