@@ -159,7 +159,9 @@ export type HttpBeginResult =
       kind: 'pass';
       /**
        * Set when the request runs unprotected (`storeUnavailable: 'fail-open'`, the store down): the
-       * `Idempotency-Key` response header, as the client sent it. Nothing holds the key.
+       * `Idempotency-Key` response header, as the client sent it. Nothing holds the key. No capture
+       * runs for such a request, so the adapter must write it on the response itself, as Express,
+       * Fastify and Koa do: one that ignores it sends no key back on an unprotected run.
        */
       echo?: string;
       /**
