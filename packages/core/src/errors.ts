@@ -137,6 +137,32 @@ export function isStoreUnavailableError(value: unknown): value is StoreUnavailab
 }
 
 /**
+ * Thrown by a store whose claim could not settle because the record kept changing under it (freed
+ * and taken again between its reads, time after time): the store answered, and the key is live
+ * elsewhere. Not a {@link StoreUnavailableError}: under `storeUnavailable: 'fail-open'` running the
+ * request unprotected would run a duplicate beside a live holder, so it fails closed. At the claim
+ * the engine answers it as any claim error, 503 `store_unavailable` with `Retry-After`.
+ *
+ * @example
+ * throw new StoreContendedError('Redis claim kept racing with releases; retry');
+ */
+export class StoreContendedError extends Error {
+  override readonly name = 'StoreContendedError' as const;
+  readonly code = 'store_contended' as const;
+}
+
+/**
+ * True when `value` is a {@link StoreContendedError}. By name, so one raised by another copy of
+ * `@idem/core` (a store built against it) is recognised too.
+ *
+ * @example
+ * if (isStoreContendedError(error)) metrics.increment('idem.claim.contended');
+ */
+export function isStoreContendedError(value: unknown): value is StoreContendedError {
+  return value instanceof Error && value.name === 'StoreContendedError';
+}
+
+/**
  * Thrown by a transactional store when the handler left its transaction aborted: a statement of
  * the handler's failed and the handler went on (a unique violation caught and ignored, without a
  * SAVEPOINT), so PostgreSQL refuses everything until the transaction ends (SQLSTATE 25P02), the
