@@ -10,3 +10,4 @@ export {
 } from './command-runner.js';
 export type { RedisCommandRunner } from './redis-command-runner.js';
 export { type RedisStore, type RedisStoreOptions, type ReplicaWait, redisStore } from './redis-store.js';
+export { RedisCommandError } from './store-errors.js';

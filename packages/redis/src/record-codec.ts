@@ -34,7 +34,7 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 
 /**
  * Thrown by {@link decodeRecord} for a value idem did not write (another app's key, or corruption).
- * The store wraps it in a `StoreUnavailableError` (its `cause`).
+ * The store rejects with it as it is: a store that answered, not one unavailable (see store-errors.ts).
  *
  * @example
  * decodeRecord(Buffer.from('hello')); // throws RecordFormatError

@@ -8,13 +8,13 @@ import {
   type CompleteInput,
   type Duration,
   type ForgetInput,
-  isStoreUnavailableError,
   type ListsEvery,
   type ReleaseInput,
   type RenewInput,
   ResponseTooLargeError,
   responseLimit,
   type Store,
+  StoreContendedError,
   type StoreRecord,
   StoreUnavailableError,
   toMilliseconds,
@@ -24,6 +24,7 @@ import { claimKeepMs, decodeRecord, encodeClaim, encodeOutcome, leasePrefix } fr
 import type { RedisCommandRunner } from './redis-command-runner.js';
 import { integerReply, isOk } from './replies.js';
 import { completeScript, forgetScript, inspectScript, releaseScript, renewScript, runScript } from './scripts.js';
+import { toStoreError } from './store-errors.js';
 
 /**
  * Options of {@link redisStore}.
@@ -138,9 +139,14 @@ void replicaWaitNamesAll;
  * - leases and retention are `PX` durations, timed by the Redis server's clock;
  * - bodies are stored as raw bytes.
  *
- * Every failure of Redis or the connection rejects with `StoreUnavailableError` (the engine answers
- * 503). Redis does not bound how long a command waits while the client is disconnected: the
- * engine's `storeTimeout` does.
+ * A Redis that cannot be reached or cannot serve the command right now (refused, reset, timed out;
+ * a reply such as `LOADING`, `READONLY`, `OOM`, `BUSY`, `CLUSTERDOWN`) rejects with
+ * `StoreUnavailableError`: the engine answers 503, and `storeUnavailable: 'fail-open'` runs the
+ * request unprotected. A Redis that answered the command is wrong here rejects with
+ * `RedisCommandError` (`NOPERM`, `WRONGTYPE`, `ERR ...`), a value idem did not write under the
+ * prefix with `RecordFormatError`, and a claim that kept racing with releases with
+ * `StoreContendedError`: 503 at the claim too, but fail-open stays closed on them. Redis does not
+ * bound how long a command waits while the client is disconnected: the engine's `storeTimeout` does.
  *
  * @example
  * import { Redis } from 'ioredis';
@@ -177,14 +183,14 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     return leasePrefix(token);
   };
 
-  // Anything that goes wrong between us and Redis (refused, reset, timeout, reply error, a value we
-  // cannot read) is the same thing to the engine: the store is unavailable right now, answer 503.
+  // What goes wrong between us and Redis (refused, reset, timeout, a reply such as LOADING or
+  // READONLY) is a store unavailable right now; a reply that says the command is wrong here (NOPERM,
+  // WRONGTYPE, ERR) or a value idem did not write is a store that answered: see toStoreError.
   const guarded = async <T>(operation: string, work: () => Promise<T>): Promise<T> => {
     try {
       return await work();
     } catch (cause) {
-      if (isStoreUnavailableError(cause)) throw cause;
-      throw new StoreUnavailableError(`Redis ${operation} failed`, { cause });
+      throw toStoreError(cause, operation);
     }
   };
 
@@ -321,7 +327,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           }
           return { claimed: false, record: holder };
         }
-        throw new StoreUnavailableError('Redis claim kept racing with releases; retry');
+        // Redis answered every time: the key is live elsewhere, churning. Not "unavailable": under
+        // fail-open that would run a duplicate beside its holder.
+        throw new StoreContendedError('Redis claim kept racing with releases; retry');
       });
     },
 

@@ -217,7 +217,7 @@ describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a r
   );
 
   it.each(clients)(
-    'holds: a missing permission is a prompt 503 store_unavailable with NOPERM as its cause (%s)',
+    'holds: a missing permission is a prompt 503 store_unavailable, the error a RedisCommandError naming NOPERM (%s)',
     async (_name, connect) => {
       const client = await connect(url('noscripts'));
       try {
@@ -228,7 +228,9 @@ describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a r
         if (first.kind !== 'execute') throw new Error(kindOf(first));
         expect(await engine.complete(first.lease, response)).toMatchObject({ ok: false, reason: 'store-error' });
         const failure = events.find((event) => event.type === 'store-error') as { error: Error };
-        expect(String(failure.error.cause)).toMatch(/NOPERM/);
+        // Redis answered: no StoreUnavailableError, so fail-open would stay closed (reply-errors.int.test.ts).
+        expect(failure.error).toMatchObject({ name: 'RedisCommandError', reply: 'NOPERM' });
+        expect(failure.error.message).toMatch(/^Redis complete was refused: NOPERM /);
         const outside = redisStore({ client, prefix: 'elsewhere:' });
         expect(kindOf(await begin(engineOn(outside), randomUUID()))).toBe('reject:store_unavailable');
       } finally {

@@ -5,6 +5,7 @@ import {
   InvalidResponseError,
   recordId,
   type Store,
+  StoreContendedError,
   type StoredResponse,
   StoreUnavailableError,
 } from '@idem/core';
@@ -19,7 +20,7 @@ import {
   redisCommandRunner,
   redisStore,
 } from '../src/index.js';
-import { encodeOutcome } from '../src/record-codec.js';
+import { encodeOutcome, RecordFormatError } from '../src/record-codec.js';
 import { inspectScript } from '../src/scripts.js';
 import { startRedisCluster } from './cluster.js';
 import { startedOnFirstUse } from './on-first-use.js';
@@ -390,7 +391,7 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       expect(!again.claimed && again.record.state).toBe('completed');
     });
 
-    it('gives up with StoreUnavailableError when the key keeps flapping', async () => {
+    it('gives up with StoreContendedError (not StoreUnavailableError) when the key keeps flapping', async () => {
       let sets = 0;
       const store = redisStore({
         client: interposed(async (command, key) => {
@@ -405,7 +406,8 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       const error = await store
         .claim({ id: randomUUID(), token: 'mine', fingerprint: '', leaseMs: 5_000 })
         .catch((caught: unknown) => caught);
-      expect(error).toBeInstanceOf(StoreUnavailableError);
+      expect(error).toBeInstanceOf(StoreContendedError);
+      expect(error).not.toBeInstanceOf(StoreUnavailableError);
       // The operator reads why: not a "Redis claim failed" wrapped around the store's own error.
       expect((error as Error).message).toBe('Redis claim kept racing with releases; retry');
       expect(sets).toBe(5);
@@ -547,10 +549,12 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
     });
   });
 
-  describe('failures are StoreUnavailableError', () => {
+  // Redis that answered is not Redis unavailable: under fail-open only the latter opens (see
+  // reply-errors.int.test.ts).
+  describe('failures a Redis that answered reports', () => {
     const store = redisStore({ client: admin, prefix: `${prefix}fail:` });
 
-    it('for a reply error (the key holds another type)', async () => {
+    it('a reply error (the key holds another type) is RedisCommandError, not StoreUnavailableError', async () => {
       const id = randomUUID();
       await admin.hset(store.key(id), 'f', 'v');
       await admin.pexpire(store.key(id), 60_000);
@@ -564,18 +568,18 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       ]) {
         // One at a time, each awaited at once: a rejection never waits without a handler.
         const error = await attempt().catch((e: unknown) => e);
-        expect(error).toBeInstanceOf(StoreUnavailableError);
-        expect((error as StoreUnavailableError).cause).toBeInstanceOf(Error);
+        expect(error).toMatchObject({ name: 'RedisCommandError', code: 'redis_command_refused', reply: 'WRONGTYPE' });
+        expect(error).not.toBeInstanceOf(StoreUnavailableError);
         expect((error as Error).message).not.toContain(id);
       }
     });
 
-    it('for a value idem did not write', async () => {
+    it('a value idem did not write is RecordFormatError, not StoreUnavailableError', async () => {
       const id = randomUUID();
       await admin.set(store.key(id), 'hello', 'PX', 60_000);
-      await expect(store.get(id)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(store.get(id)).rejects.toBeInstanceOf(RecordFormatError);
       await expect(store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 })).rejects.toBeInstanceOf(
-        StoreUnavailableError,
+        RecordFormatError,
       );
       // And a CAS never touches it.
       expect(await store.release({ id, token: 'hello' })).toBe(false);
@@ -621,7 +625,7 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       await admin.hset(counting.key(id), 'f', 'v');
       await admin.pexpire(counting.key(id), 60_000);
       sent.length = 0;
-      await expect(counting.renew({ id, token: 't', leaseMs: 1_000 })).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(counting.renew({ id, token: 't', leaseMs: 1_000 })).rejects.toMatchObject({ reply: 'WRONGTYPE' });
       expect(sent).toEqual(['EVALSHA']);
     });
 
