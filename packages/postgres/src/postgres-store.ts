@@ -12,6 +12,7 @@ import {
   type RenewInput,
   ResponseTooLargeError,
   responseLimit,
+  StoreContendedError,
   type StoredResponse,
   type StoreRecord,
   StoreUnavailableError,
@@ -369,7 +370,9 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
       if (row.claimed) return { claimed: true };
       return { claimed: false, record: toRecord(row as RecordRow) };
     }
-    throw new StoreUnavailableError('PostgreSQL store could not settle a claim; the record kept changing');
+    // PostgreSQL answered every time: the key is live elsewhere, churning. Not "unavailable": under
+    // fail-open that would run a duplicate beside its holder.
+    throw new StoreContendedError('PostgreSQL store could not settle a claim; the record kept changing');
   };
 
   const renew = async ({ id, token, leaseMs }: RenewInput): Promise<boolean> => {
