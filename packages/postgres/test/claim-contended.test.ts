@@ -5,7 +5,7 @@
 import { PGlite } from '@electric-sql/pglite';
 import { createIdempotency, type IdempotencyEvent, isStoreUnavailableError } from '@idem/core';
 import { afterAll, describe, expect, it } from 'vitest';
-import { migrate, postgresStore } from '../src/index.js';
+import { migrate, type PGliteLike, postgresStore } from '../src/index.js';
 
 describe('a claim that kept racing', () => {
   const real = new PGlite();
@@ -15,10 +15,11 @@ describe('a claim that kept racing', () => {
     await migrate(real, { table: 'idem_contended' });
     // Every claim statement finds the record changed under it: no row back, as when a holder frees
     // the key between the statement's read and its write.
-    const churning = {
-      query: async (text: string, params?: unknown[]) => {
-        const result = await real.query<Record<string, unknown>>(text, params);
-        return result.rows[0] !== undefined && 'claimed' in result.rows[0] ? { ...result, rows: [] } : result;
+    const churning: PGliteLike = {
+      query: async <Row>(text: string, params?: unknown[]) => {
+        const result = await real.query<Row>(text, params);
+        const row = result.rows[0] as object | undefined;
+        return row !== undefined && 'claimed' in row ? { ...result, rows: [] } : result;
       },
       // A PGlite to the store (it tells the clients apart by their methods); never called here.
       transaction: real.transaction.bind(real),
