@@ -1,8 +1,11 @@
 /**
  * What a request does when the store cannot be reached to claim its key (it rejects with its
- * `StoreUnavailableError`, as Redis and PostgreSQL do for a refused or lost connection, or does not
- * answer within `storeTimeout`): anchors case 14. Any other error the claim rejects with (a table
- * never migrated, a missing grant, a bug in a store) is a store that answered: it fails closed.
+ * `StoreUnavailableError`, as Redis and PostgreSQL do for a refused or lost connection or a server
+ * that cannot serve right now, or does not answer within `storeTimeout`): anchors case 14. Any other
+ * error the claim rejects with (a table never migrated, a missing grant, Redis's `NOPERM` or
+ * `WRONGTYPE`, a claim that kept racing with releases: `StoreContendedError`, a bug in a store) is a
+ * store that answered: it fails closed, since every retry would meet it again, or, for a contended
+ * claim, run beside the key's live holder.
  * - `'fail-closed'` (the default): 503 `store_unavailable` with `Retry-After`; the handler never runs.
  * - `'fail-open'`: the handler runs unprotected, once for this request: its answer goes out as it is
  *   written, nothing is stored and nothing replayed, so a retry runs it again (once the store is back

@@ -19,8 +19,10 @@
  *   operator's way out of a wrongly stored outcome that would otherwise replay for the retention.
  * - Durations are relative; a store never trusts the application's wall clock.
  * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`: only it, or no
- *   answer within `storeTimeout`, lets `storeUnavailable: 'fail-open'` run a request unprotected);
- *   expected outcomes (lost race, stale token) are values.
+ *   answer within `storeTimeout`, lets `storeUnavailable: 'fail-open'` run a request unprotected;
+ *   a store that answered, refusing the command or too contended to settle a claim
+ *   (`StoreContendedError`), rejects with another error); expected outcomes (lost race, stale token)
+ *   are values.
  * - Response bodies are bytes and come back byte for byte.
  * - Ids, tokens and fingerprints come back, and are told apart, exactly as given. A string no
  *   store could keep so (not well-formed UTF-16: a lone surrogate has no UTF-8 form, and the pg and
