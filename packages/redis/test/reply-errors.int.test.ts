@@ -65,6 +65,41 @@ describe.runIf(withRedis)("storeUnavailable: 'fail-open' with Redis that answers
     expect(error).toMatchObject({ code: 'redis_command_refused', reply: 'NOPERM' });
   });
 
+  // After the handler, a refused completion is handled as PostgreSQL's non-transient errors are, and
+  // as an unavailable Redis was: a store-error event, the completion tried again in the background
+  // with the key held (here it lands once the grant is fixed), no answer changed.
+  it('a refused completion (NOPERM) is tried again in the background, and lands once the grant is fixed', async () => {
+    const user = `${aclUser}-complete`;
+    await admin.call('ACL', 'SETUSER', user, 'on', 'nopass', '~*', '-@all', '+set', '+get', '+info', '+ping');
+    const client = new Redis(redisUrl, { username: user, password: 'any' });
+    try {
+      const store = redisStore({ client, prefix: `${prefix}complete:` });
+      const events: IdempotencyEvent[] = [];
+      const engine = createIdempotency({
+        store,
+        heartbeat: false,
+        onEvent: (event) => events.push(event),
+        [Symbol.for('@idem/core.completionRetryPauses')]: () => 200,
+      } as Parameters<typeof createIdempotency>[0]);
+      const first = request();
+      const started = await engine.begin(first);
+      if (started.kind !== 'execute') throw new Error(started.kind);
+      const response = { status: 201, headers: {}, body: new Uint8Array([1]) };
+      const completed = await engine.complete(started.lease, response);
+      expect(completed).toMatchObject({ ok: false, reason: 'store-error', error: { reply: 'NOPERM' } });
+      expect(events).toMatchObject([
+        { type: 'claim' },
+        { type: 'store-error', phase: 'complete', error: { name: 'RedisCommandError' } },
+      ]);
+      await admin.call('ACL', 'SETUSER', user, '+evalsha', '+eval', '+pexpire', '+pttl', '+del');
+      const id = recordId(first.scope, first.operation, first.key);
+      await expect.poll(async () => (await store.get(id))?.state, { timeout: 5_000 }).toBe('completed');
+    } finally {
+      client.disconnect();
+      await admin.call('ACL', 'DELUSER', user);
+    }
+  });
+
   it("someone else's key at the record's key (WRONGTYPE) fails closed", async () => {
     const store = redisStore({ client: admin, prefix: `${prefix}wrongtype:` });
     const events: IdempotencyEvent[] = [];
