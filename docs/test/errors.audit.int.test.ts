@@ -516,7 +516,7 @@ describe.runIf(withRedis)('Stores', () => {
     await admin.quit();
   });
 
-  it('a value idem did not write under the prefix: 503 store_unavailable, store-error with a RecordFormatError cause', async () => {
+  it('a value idem did not write under the prefix: 503 store_unavailable, store-error with the RecordFormatError', async () => {
     const storePrefix = `${prefix}foreign:`;
     const events: IdempotencyEvent[] = [];
     let runs = 0;
@@ -547,9 +547,9 @@ describe.runIf(withRedis)('Stores', () => {
     expect(await answer.json()).toMatchObject({ code: 'store_unavailable' });
     const failure = events.find((event) => event.type === 'store-error');
     expect(failure).toBeDefined();
-    const error = (failure as { error?: { code?: string; cause?: { name?: string } } }).error;
-    expect(error?.code).toBe('store_unavailable');
-    expect(error?.cause?.name).toBe('RecordFormatError');
+    // The error as it is: a Redis that answered, not a StoreUnavailableError (fail-open stays closed).
+    const error = (failure as { error?: { name?: string } }).error;
+    expect(error?.name).toBe('RecordFormatError');
     expect(runs).toBe(1);
   });
 });

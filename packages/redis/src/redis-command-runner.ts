@@ -5,7 +5,10 @@
  *
  * {@link redisStore} builds one from an ioredis `Redis` or `Cluster`, or a node-redis client or
  * cluster, so most callers never see this type. Implement it yourself to use any other client
- * (`key` is there so a cluster client can route the command to the key's slot).
+ * (`key` is there so a cluster client can route the command to the key's slot). Reject with Redis's
+ * error replies as an error whose class is named `ReplyError` or `ErrorReply` (as ioredis and
+ * node-redis do): the store tells a Redis that refused the command (`NOPERM`, `WRONGTYPE`: a
+ * `RedisCommandError`) from one it could not reach by that; any other rejection is unavailability.
  *
  * @example
  * const runner: RedisCommandRunner = {
