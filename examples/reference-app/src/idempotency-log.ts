@@ -78,8 +78,10 @@ function describeError(error: unknown): string {
   return parts.join(' ');
 }
 
-// Their messages are written by idem and name the store operation only (`Redis claim failed`).
-const idemErrors = new Set(['StoreUnavailableError', 'IdempotencyError']);
+// Their messages are written by idem and name the store operation only (`Redis claim failed`), or
+// also what a store that answered said: a contended claim, Redis's reply code and text with the
+// arguments it echoes cut off (`Redis claim was refused: NOPERM ...`).
+const idemErrors = new Set(['StoreUnavailableError', 'IdempotencyError', 'StoreContendedError', 'RedisCommandError']);
 
 // A code is a short identifier (`store_unavailable`, `ECONNREFUSED`, a SQLSTATE `57P01`), never a value.
 const isCode = (value: unknown): value is string => typeof value === 'string' && /^[\w.-]{1,40}$/.test(value);

@@ -2,7 +2,8 @@
 // event docs/operations.md says to look at, none for the routine ones, and nothing but the record id,
 // the operation and the event's reason, status, phase or error codes. The lines as the running API
 // writes them are in api-events.int.test.ts.
-import { type IdempotencyEvent, StoreUnavailableError } from '@idem/core';
+import { type IdempotencyEvent, StoreContendedError, StoreUnavailableError } from '@idem/core';
+import { RedisCommandError } from '@idem/redis';
 import { describe, expect, it } from 'vitest';
 import { idempotencyLogLine } from '../src/idempotency-log.js';
 
@@ -41,6 +42,25 @@ describe('idempotencyLogLine', () => {
         }),
       },
       /store-error .*, phase complete: StoreUnavailableError store_unavailable "PostgreSQL store unavailable during complete" \(cause 57P01\)$/,
+    ],
+    // The store errors of a store that answered: their messages are idem's too, and say what it answered.
+    [
+      {
+        ...base,
+        type: 'store-error',
+        phase: 'claim',
+        error: new RedisCommandError('claim', 'NOPERM', "NOPERM User api has no permissions to run the 'set' command"),
+      },
+      /phase claim: RedisCommandError redis_command_refused "Redis claim was refused: NOPERM User api has no permissions to run the 'set' command"$/,
+    ],
+    [
+      {
+        ...base,
+        type: 'store-error',
+        phase: 'claim',
+        error: new StoreContendedError('Redis claim kept racing with releases; retry'),
+      },
+      /phase claim: StoreContendedError store_contended "Redis claim kept racing with releases; retry"$/,
     ],
   ])('writes one line for %j, with the record id and the operation', (event, expected) => {
     const line = idempotencyLogLine(event, 'API');
