@@ -8,6 +8,7 @@ export {
   type RedisClientLike,
   redisCommandRunner,
 } from './command-runner.js';
+export { RecordFormatError } from './record-codec.js';
 export type { RedisCommandRunner } from './redis-command-runner.js';
 export { type RedisStore, type RedisStoreOptions, type ReplicaWait, redisStore } from './redis-store.js';
-export { RedisCommandError } from './store-errors.js';
+export { RedisCommandError, UnexpectedReplyError } from './store-errors.js';

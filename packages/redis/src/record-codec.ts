@@ -41,6 +41,7 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
  */
 export class RecordFormatError extends Error {
   override readonly name = 'RecordFormatError' as const;
+  readonly code = 'redis_record_format' as const;
 }
 
 /**
@@ -153,11 +154,13 @@ const keepLine = (value: Uint8Array, fingerprintEnd: number): number => {
   return Number(digits);
 };
 
+// No `cause`: JSON.parse's SyntaxError quotes the text it failed on (a token, a fingerprint, a
+// response's headers, or someone else's value), and the error goes on to store-error events and logs.
 const parseJson = (bytes: Uint8Array): unknown => {
   try {
     return JSON.parse(decoder.decode(bytes));
-  } catch (cause) {
-    throw new RecordFormatError('malformed idem record', { cause });
+  } catch {
+    throw new RecordFormatError('malformed idem record');
   }
 };
 

@@ -24,7 +24,7 @@ import { claimKeepMs, decodeRecord, encodeClaim, encodeOutcome, leasePrefix } fr
 import type { RedisCommandRunner } from './redis-command-runner.js';
 import { integerReply, isOk } from './replies.js';
 import { completeScript, forgetScript, inspectScript, releaseScript, renewScript, runScript } from './scripts.js';
-import { toStoreError } from './store-errors.js';
+import { toStoreError, UnexpectedReplyError } from './store-errors.js';
 
 /**
  * Options of {@link redisStore}.
@@ -144,7 +144,8 @@ void replicaWaitNamesAll;
  * `StoreUnavailableError`: the engine answers 503, and `storeUnavailable: 'fail-open'` runs the
  * request unprotected. A Redis that answered the command is wrong here rejects with
  * `RedisCommandError` (`NOPERM`, `WRONGTYPE`, `ERR ...`), a value idem did not write under the
- * prefix with `RecordFormatError`, and a claim that kept racing with releases with
+ * prefix with `RecordFormatError`, a reply the store cannot read (a custom runner over a client that
+ * maps replies to strings) with `UnexpectedReplyError`, and a claim that kept racing with releases with
  * `StoreContendedError`: 503 at the claim too, but fail-open stays closed on them. Redis does not
  * bound how long a command waits while the client is disconnected: the engine's `storeTimeout` does.
  *
@@ -200,12 +201,11 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     const answer = integerReply(reply);
     if (answer === 1) return true;
     if (answer === 0) return false;
-    throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+    throw new UnexpectedReplyError(operation);
   };
 
   const bytes = (operation: string, reply: unknown): Uint8Array => {
-    if (!(reply instanceof Uint8Array))
-      throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+    if (!(reply instanceof Uint8Array)) throw new UnexpectedReplyError(operation);
     return reply;
   };
 
@@ -221,10 +221,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   // The answer of the inspect script other than 1: {value, PTTL}, or 0 for a key that is gone.
   const inspected = (operation: string, reply: unknown): StoreRecord | undefined => {
     if (integerReply(reply) === 0) return undefined;
-    if (!Array.isArray(reply) || reply.length !== 2)
-      throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+    if (!Array.isArray(reply) || reply.length !== 2) throw new UnexpectedReplyError(operation);
     const pttl = integerReply(reply[1]);
-    if (pttl === undefined) throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+    if (pttl === undefined) throw new UnexpectedReplyError(operation);
     return decodeRecord(bytes(operation, reply[0]), pttl);
   };
 
@@ -421,7 +420,7 @@ function waitingWriter(runner: RedisCommandRunner, { count, timeoutMs }: { count
       const [reply, acknowledged] = await sendPipeline.call(runner, key, [args, wait]);
       if (!isOk(reply) && integerReply(reply) !== 1) return reply;
       const replicas = integerReply(acknowledged);
-      if (replicas === undefined) throw new StoreUnavailableError('Redis WAIT returned an unexpected reply');
+      if (replicas === undefined) throw new UnexpectedReplyError('WAIT');
       if (replicas < count) {
         throw new StoreUnavailableError(
           `Redis write not replicated: ${replicas} of ${count} replicas acknowledged it within ${timeoutMs} ms`,

@@ -26,6 +26,25 @@ export class RedisCommandError extends Error {
   }
 }
 
+/**
+ * Redis answered a command of the store with a reply the store cannot read: bytes where a number
+ * belongs, text where bytes do. A client that maps replies to other types (a `RedisCommandRunner`
+ * over a client with a string type mapping) gives it on every command, so, like
+ * {@link RedisCommandError}, it is no {@link StoreUnavailableError}: under
+ * `storeUnavailable: 'fail-open'` the request fails closed rather than every request running
+ * unprotected for as long as the misconfiguration lasts. The message names the operation only.
+ *
+ * @example
+ * store.claim(input).catch((error) => { if (error.code === 'redis_unexpected_reply') alert(error.message); });
+ */
+export class UnexpectedReplyError extends Error {
+  override readonly name = 'UnexpectedReplyError' as const;
+  readonly code = 'redis_unexpected_reply' as const;
+  constructor(operation: string) {
+    super(`Redis ${operation} returned an unexpected reply`);
+  }
+}
+
 // Reply error codes that say "Redis is up but cannot serve this right now", as PostgreSQL's
 // transient SQLSTATEs do (see @idem/postgres's unavailable.ts): over maxmemory (OOM; PostgreSQL's
 // class 53), a dataset loading after a restart (LOADING), a script running too long (BUSY), a
@@ -65,8 +84,8 @@ const replyText = (message: string): string => message.split(/, with args beginn
 
 /**
  * What a failed Redis operation rejects with: the store's own errors (a claim that kept racing,
- * `StoreContendedError`) and a value idem did not write (`RecordFormatError`: someone else's key
- * under the prefix) as they are, a reply that says the
+ * `StoreContendedError`), a value idem did not write (`RecordFormatError`: someone else's key
+ * under the prefix) and a reply it cannot read (`UnexpectedReplyError`) as they are, a reply that says the
  * command is wrong here as a {@link RedisCommandError}, and everything else (refused, reset, timed
  * out, a transient reply) as a {@link StoreUnavailableError}, trimmed of the command's values.
  *
@@ -78,6 +97,7 @@ export function toStoreError(error: unknown, operation: string): Error {
     isStoreUnavailableError(error) ||
     isStoreContendedError(error) ||
     error instanceof RedisCommandError ||
+    error instanceof UnexpectedReplyError ||
     error instanceof RecordFormatError
   )
     return error;

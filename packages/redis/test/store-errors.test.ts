@@ -1,11 +1,12 @@
 // Which Redis failures are "unavailable" (StoreUnavailableError: fail-open may open) and which are
 // a Redis that answered the command is wrong here (RedisCommandError: fail-open stays closed), for
 // the reply errors of both clients and the failures that are no reply at all.
-import { isStoreUnavailableError } from '@idem/core';
+import { inspect } from 'node:util';
+import { createIdempotency, isStoreUnavailableError } from '@idem/core';
 import { ReplyError } from 'ioredis';
 import { ClientClosedError, ErrorReply, MultiErrorReply, SimpleError, SocketClosedUnexpectedlyError } from 'redis';
 import { describe, expect, it } from 'vitest';
-import { RedisCommandError, redisStore } from '../src/index.js';
+import { RecordFormatError, RedisCommandError, redisStore } from '../src/index.js';
 
 const claimRejectsWith = (error: unknown) =>
   redisStore({ client: { send: () => Promise.reject(error) } })
@@ -67,5 +68,49 @@ describe('Redis failures, told apart', () => {
     ['not an Error', 'down'],
   ])('%s: unavailable', async (_name, error) => {
     expect(isStoreUnavailableError(await claimRejectsWith(error))).toBe(true);
+  });
+});
+
+// A store that answered, whose answer the store cannot read: fail-open must stay closed on it, the
+// error must be one a caller can match from the package, and none of the value may reach it.
+describe('answers the store cannot read', () => {
+  // SET NX finds the key taken; GET answers `held`.
+  const heldBy = (held: unknown) =>
+    redisStore({
+      client: { send: async (_key, [command]) => (command === 'GET' ? held : null) },
+    });
+  const claim = (store: ReturnType<typeof redisStore>) =>
+    store.claim({ id: 'id', token: 't', fingerprint: 'f', leaseMs: 1_000 }).catch((caught: unknown) => caught);
+
+  it('a foreign value is a RecordFormatError exported by @idem/redis, with a stable code', async () => {
+    const error = await claim(heldBy(Buffer.from('hello')));
+    expect(error).toBeInstanceOf(RecordFormatError);
+    expect(error).toMatchObject({ name: 'RecordFormatError', code: 'redis_record_format' });
+  });
+
+  it("a foreign value's text reaches neither the message nor the cause", async () => {
+    // Starts as a record would; the rest is someone else's (a token, a header), not JSON.
+    const error = await claim(heldBy(Buffer.from('csecret-token-41\n"fp"\n{"s":200}\n')));
+    expect(error).toBeInstanceOf(RecordFormatError);
+    expect(inspect(error, { depth: 10, showHidden: true }) + JSON.stringify(error)).not.toContain('secret');
+    const completed = await claim(heldBy(Buffer.from('c"t"\n"f"\n{"s":200,"h":{"set-cookie":"sid=secret-42"\n')));
+    expect(inspect(completed, { depth: 10, showHidden: true })).not.toContain('secret');
+  });
+
+  it('a reply of a type the store cannot read (a client mapping replies to strings) fails closed under fail-open', async () => {
+    const store = heldBy('p"other"\n"f"\n');
+    const error = await claim(store);
+    expect(isStoreUnavailableError(error)).toBe(false);
+    expect(error).toMatchObject({ name: 'UnexpectedReplyError', code: 'redis_unexpected_reply' });
+    expect((error as Error).message).toBe('Redis claim returned an unexpected reply');
+    const engine = createIdempotency({ store });
+    const started = await engine.begin({
+      key: 'k',
+      scope: 'caller',
+      operation: 'POST /charges',
+      fingerprint: 'f',
+      storeUnavailable: 'fail-open',
+    });
+    expect(started).toMatchObject({ kind: 'reject', error: { code: 'store_unavailable', status: 503 } });
   });
 });
