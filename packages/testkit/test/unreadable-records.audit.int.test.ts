@@ -41,9 +41,16 @@ const idOf = (key: string) => recordId(principalScope({ sub: 'user-1', iss: ISSU
 /**
  * The first request runs on Express and is stored; `spoil` then rewrites its record. Every
  * framework's retry must be a 503 store_unavailable problem that runs nothing, with a store-error
- * event whose error says the record could not be read.
+ * event whose error says the record could not be read: a `StoreUnavailableError`, or Redis's
+ * `RecordFormatError` for a value its codec cannot decode (a store that answered, so that
+ * `storeUnavailable: 'fail-open'` stays closed on it).
  */
-async function expectRefusedEverywhere(fleet: Fleet, events: IdempotencyEvent[], spoil: (id: string) => Promise<void>) {
+async function expectRefusedEverywhere(
+  fleet: Fleet,
+  events: IdempotencyEvent[],
+  spoil: (id: string) => Promise<void>,
+  errorName = 'StoreUnavailableError',
+) {
   const key = randomUUID();
   const first = await to(fleet, 'express', { ...charge, key });
   expect(first.status).toBe(201);
@@ -59,7 +66,7 @@ async function expectRefusedEverywhere(fleet: Fleet, events: IdempotencyEvent[],
       `${retry.status} ${problem?.code ?? retry.body.replace(/\s+/g, ' ').slice(0, 60)} ` +
       `retry-after=${retry.headers['retry-after']} store-error=${failure?.error.name}`;
   }
-  const refused = '503 store_unavailable retry-after=2 store-error=StoreUnavailableError';
+  const refused = `503 store_unavailable retry-after=2 store-error=${errorName}`;
   expect(answers).toEqual(Object.fromEntries(frameworkNames.map((framework) => [framework, refused])));
   expect(fleet.runs.charges).toBe(runs);
 }
@@ -93,16 +100,26 @@ describe.runIf(withRedis)('Redis: a completed record this version cannot replay'
     };
 
   it('holds: a value in a format this version does not know (another version, another app) is 503 everywhere', async () => {
-    await expectRefusedEverywhere(fleet, events, async (id) => {
-      await client.set(prefix + id, 'v9{"state":"completed","status":201}', 'PX', 60_000);
-    });
+    await expectRefusedEverywhere(
+      fleet,
+      events,
+      async (id) => {
+        await client.set(prefix + id, 'v9{"state":"completed","status":201}', 'PX', 60_000);
+      },
+      'RecordFormatError',
+    );
   });
 
   it('holds: a record cut short in its status line is 503 everywhere', async () => {
-    await expectRefusedEverywhere(fleet, events, async (id) => {
-      const value = (await client.getBuffer(prefix + id)) as Buffer;
-      await client.set(prefix + id, value.subarray(0, value.lastIndexOf(0x0a) - 3), 'PX', 60_000);
-    });
+    await expectRefusedEverywhere(
+      fleet,
+      events,
+      async (id) => {
+        const value = (await client.getBuffer(prefix + id)) as Buffer;
+        await client.set(prefix + id, value.subarray(0, value.lastIndexOf(0x0a) - 3), 'PX', 60_000);
+      },
+      'RecordFormatError',
+    );
   });
 
   // Was wrong: the codec checks that the status is a number and the headers strings, no more. A
