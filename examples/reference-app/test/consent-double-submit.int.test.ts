@@ -72,6 +72,20 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
   const callbackUrl = () => new URL('/callback', stack.appUrls[0]).href;
   const toApp = (url: string) => url.startsWith(callbackUrl());
 
+  /**
+   * Makes the interaction of the consent form at `action` name a grant that no longer exists, as a
+   * POST leaves it whose finish was saved though the database answered an error (it deleted its grant).
+   */
+  const nameDeletedGrant = async (action: string) => {
+    const uid = new URL(action).pathname.split('/')[2]!;
+    const { rowCount } = await stack.dbs.one.query(
+      `update idp_models set payload = jsonb_set(payload, '{result}', '{"consent":{"grantId":"deleted-grant"}}')
+       where model = 'Interaction' and id = $1`,
+      [storedId('Interaction', uid)],
+    );
+    expect(rowCount).toBe(1);
+  };
+
   /** Ids of the app's grants (alice is the only one who signs in here). */
   const grantIds = async () =>
     (
@@ -227,13 +241,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     const before = new Set(await grantIds());
     // As a POST leaves it whose interaction was saved though the database answered an error: the
     // interaction names that POST's grant, which it deleted.
-    const uid = new URL(action).pathname.split('/')[2]!;
-    const { rowCount } = await stack.dbs.one.query(
-      `update idp_models set payload = jsonb_set(payload, '{result}', '{"consent":{"grantId":"deleted-grant"}}')
-       where model = 'Interaction' and id = $1`,
-      [storedId('Interaction', uid)],
-    );
-    expect(rowCount).toBe(1);
+    await nameDeletedGrant(action);
     const sent = await agent.postForm(action, fields);
     expect(sent.response.status).toBe(303);
     await expectSignedInWithOneNewGrant(agent, sent.response.headers.get('location'), before);
@@ -248,13 +256,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     await held.at;
     // Meanwhile another POST finished the interaction, but its database answered an error though the
     // save was made: it deleted its grant, which the interaction names.
-    const uid = new URL(action).pathname.split('/')[2]!;
-    const { rowCount } = await stack.dbs.one.query(
-      `update idp_models set payload = jsonb_set(payload, '{result}', '{"consent":{"grantId":"deleted-grant"}}')
-       where model = 'Interaction' and id = $1`,
-      [storedId('Interaction', uid)],
-    );
-    expect(rowCount).toBe(1);
+    await nameDeletedGrant(action);
     held.release();
     const sent = await post;
     expect(sent.response.status).toBe(303);
@@ -269,13 +271,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
   it('cancels when Cancel is stored first while Allow, at an interaction naming a deleted grant, is on its way', async () => {
     const { agent, fields, action } = await atConsentPage();
     const before = new Set(await grantIds());
-    const uid = new URL(action).pathname.split('/')[2]!;
-    const { rowCount } = await stack.dbs.one.query(
-      `update idp_models set payload = jsonb_set(payload, '{result}', '{"consent":{"grantId":"deleted-grant"}}')
-       where model = 'Interaction' and id = $1`,
-      [storedId('Interaction', uid)],
-    );
-    expect(rowCount).toBe(1);
+    await nameDeletedGrant(action);
     // Allow read the interaction and saved its grant; it is held just before its finish is stored.
     const atFinish = gate();
     finishHolds.push(atFinish.hold);
