@@ -11,7 +11,7 @@ import type { Database } from '../src/db.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { databases } from './db-faults.js';
 import { loginAndConsent } from './flow.js';
-import { grantScope, narrowGrant } from './grants.js';
+import { grantScope, narrowGrant, setGrantScope } from './grants.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { createUserAgent, formAction, formField, type UserAgent } from './user-agent.js';
@@ -565,12 +565,12 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     await atConsentPage(agent);
   });
 
-  // Was wrong: the same, with the database failing the take-back: the Cancel is stored and answered as
-  // any Cancel (303 on to the app, access_denied), while the grant stays widened, silently; the next
-  // sign-in of that app gets `email` with no consent page. The Allow path says so on a 503 page when its
-  // undo fails (consentKept); the Cancel has already redirected when it takes back. Needs a decision:
-  // take back before the cancel is stored (and answer 503 when that fails), or say it on the page.
-  it.fails('does not leave the grant widened in silence when taking back what Allow added fails (a re-consent)', async () => {
+  // Was wrong: the same, with the database failing the take-back: the Cancel was stored and answered
+  // as any Cancel (303 on to the app, access_denied) before the take-back, which failed in silence;
+  // the grant stayed widened and the next sign-in of that app got `email` with no consent page. Now
+  // the take-back comes before the answer: its failure is the 503 page that says what was allowed may
+  // have been kept, and the same Cancel sent again, with the database back, takes it back.
+  it('answers 503 when taking back what Allow added fails, and the same Cancel sent again takes it back (a re-consent)', async () => {
     const agent = createUserAgent();
     const before = new Set(await grantIds());
     await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
@@ -579,17 +579,44 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     const { fields, action } = await atConsentPage(agent);
     const allowed = await agent.postForm(action, fields);
     expect(allowed.response.status).toBe(303);
+    const abort = action.replace(/\/consent$/, '/abort');
     grantSavesFail = true;
-    let cancelled: Awaited<ReturnType<UserAgent['postForm']>>;
+    let failed: Awaited<ReturnType<UserAgent['postForm']>>;
     try {
-      cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+      failed = await agent.postForm(abort, fields);
     } finally {
       grantSavesFail = false;
     }
-    const scope = await grantScope(stack.dbs.one, id!);
-    // Either what Allow added is gone, or the answer is not a plain Cancel (it says what was kept).
-    if (scope !== narrow) expect(cancelled.response.status).not.toBe(303);
-    expect(scope === narrow || cancelled.response.status === 503).toBe(true);
+    expect(failed.response.status).toBe(503);
+    expect(failed.response.headers.get('retry-after')).not.toBeNull();
+    expect(failed.response.headers.get('cache-control')).toBe('no-store');
+    expect(failed.body).toContain('may have been kept');
+    expect(await grantScope(stack.dbs.one, id!)).not.toBe(narrow);
+    const cancelled = await agent.postForm(abort, fields);
+    expect(cancelled.response.status).toBe(303);
+    expect(await grantScope(stack.dbs.one, id!)).toBe(narrow);
+    const back = await agent.follow(new URL(cancelled.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(new URL(back.url).searchParams.get('error')).toBe('access_denied');
+    await agent.request(back.url);
+    await atConsentPage(agent);
+  });
+
+  // A plain Cancel of a re-consent (no Allow before it) leaves the grant as it is: what the consent
+  // would add is taken back only after an Allow of this interaction, or by a Cancel sent again. A
+  // scope another sign-in allowed meanwhile stays.
+  it('leaves the grant alone on a plain Cancel of a re-consent, scopes allowed elsewhere meanwhile included', async () => {
+    const agent = createUserAgent();
+    const before = new Set(await grantIds());
+    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
+    const [id] = (await grantIds()).filter((grant) => !before.has(grant));
+    const wide = await grantScope(stack.dbs.one, id!);
+    await narrowGrant(stack.dbs.one, id!, 'email');
+    const { fields, action } = await atConsentPage(agent);
+    // Another sign-in of the same grant allowed `email` since this consent page was shown.
+    await setGrantScope(stack.dbs.one, id!, wide!);
+    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+    expect(cancelled.response.status).toBe(303);
+    expect(await grantScope(stack.dbs.one, id!)).toBe(wide);
   });
 
   // A consent page left open while the person signed out at the provider (another tab): its Allow

@@ -22,9 +22,19 @@ export async function narrowGrant(db: Database, id: string, scope: string): Prom
     .split(' ')
     .filter((held) => held !== scope)
     .join(' ');
+  await setGrantScope(db, id, narrow);
+  return narrow;
+}
+
+/**
+ * Sets the OIDC scope a stored grant holds, as another sign-in of it would have left it.
+ *
+ * @example
+ * await setGrantScope(db, grantId, 'openid profile email');
+ */
+export async function setGrantScope(db: Database, id: string, scope: string): Promise<void> {
   await db.query(
     "update idp_models set payload = jsonb_set(payload, '{openid,scope}', to_jsonb($2::text)) where model = 'Grant' and id = $1",
-    [id, narrow],
+    [id, scope],
   );
-  return narrow;
 }

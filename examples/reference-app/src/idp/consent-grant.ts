@@ -34,15 +34,16 @@ export function addConsent(grant: Grant, details: Record<string, unknown>): void
  * Takes out of `grant` what {@link addConsent} added for these details: a Cancel after an Allow of a
  * re-consent. Left in, the next sign-in of that client would get it with no consent page, though the
  * person's last word on it was Cancel. Should another sign-in have allowed some of it meanwhile, that
- * goes too: the next sign-in asks again, never the reverse.
+ * goes too: the next sign-in asks again, never the reverse. True when it took anything out (a grant
+ * that holds none of it needs no save).
  *
  * @example
  * ```ts
- * takeBackConsent(grant, details.prompt.details);
- * await grant.save();
+ * if (takeBackConsent(grant, details.prompt.details)) await grant.save();
  * ```
  */
-export function takeBackConsent(grant: Grant, details: Record<string, unknown>): void {
+export function takeBackConsent(grant: Grant, details: Record<string, unknown>): boolean {
+  const held = JSON.stringify([grant.openid, grant.resources]);
   const { scopes, claims, resources } = consentAdds(details);
   const without = (held: string, taken: readonly string[]) =>
     held
@@ -58,4 +59,5 @@ export function takeBackConsent(grant: Grant, details: Record<string, unknown>):
     if (left) grant.resources[resource] = left;
     else delete grant.resources[resource];
   }
+  return JSON.stringify([grant.openid, grant.resources]) !== held;
 }

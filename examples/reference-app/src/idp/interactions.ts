@@ -79,10 +79,12 @@ function asked(details: { prompt: { details: Record<string, unknown> } }) {
   };
 }
 
-/** Saves `grant` without what Allow added for these consent prompt details (see `takeBackConsent`). */
-function takenBack(grant: Grant, details: Record<string, unknown>): Promise<unknown> {
-  takeBackConsent(grant, details);
-  return grant.save();
+/**
+ * Saves `grant` without what Allow added for these consent prompt details (see `takeBackConsent`); no
+ * save when it holds none of it.
+ */
+async function takenBack(grant: Grant, details: Record<string, unknown>): Promise<void> {
+  if (takeBackConsent(grant, details)) await grant.save();
 }
 
 /**
@@ -360,9 +362,11 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     // Allow was sent first and finished the interaction, and its answer was not followed yet: the
     // person's last word is Cancel, the answer the browser follows, so the sign-in is cancelled. A
     // grant that Allow made (new: not the interaction's own) would be named by nothing once the
-    // cancel is stored, so it goes, best effort. From a grant Allow widened (a re-consent), what it
-    // added is taken back, best effort: left in, the next sign-in of that client would get it with
-    // no consent page.
+    // cancel is stored, so it goes, best effort (nothing names it: no sign-in resumes with it). From
+    // a grant Allow widened (a re-consent), what it added is taken back before the browser is sent
+    // on: left in, the next sign-in of that client would get it with no consent page. When that
+    // save fails, the answer is the 503 page that says what was allowed may have been kept, and the
+    // same Cancel sent again takes it back (the interaction then holds the cancel: see below).
     res.set('Cache-Control', 'no-store');
     // The cancel is stored only while the interaction names the grant it named when read (see
     // `finishConsentRead`): an Allow sent at the same time that finished it after this read would
@@ -373,9 +377,13 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     // this answer leads the same way on, signed in.
     for (let attempt = 1; ; attempt++) {
       const allowed = details.result?.consent?.grantId;
+      // A cancel stored already: this is the same Cancel sent again (a double click, or a retry of
+      // the 503 page), and the take-back of the first may not have been saved.
+      const cancelledBefore = details.result?.error === 'access_denied';
+      let returnTo: string;
       try {
-        await finishConsentRead(details.result, () =>
-          provider.interactionFinished(
+        returnTo = await finishConsentRead(details.result, () =>
+          provider.interactionResult(
             req,
             res,
             { error: 'access_denied', error_description: 'The user cancelled the request' },
@@ -401,13 +409,21 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         details = await provider.interactionDetails(req, res);
         continue;
       }
-      if (typeof allowed === 'string') {
-        const own = allowed === details.grantId;
-        const { prompt } = details;
+      const { grantId: own, prompt } = details;
+      if (typeof allowed === 'string' && allowed !== own) {
         await provider.Grant.find(allowed)
-          .then((grant) => (own ? grant && takenBack(grant, prompt.details) : grant?.destroy()))
+          .then((grant) => grant?.destroy())
           .catch(() => undefined);
+      } else if (typeof own === 'string' && (allowed === own || cancelledBefore)) {
+        try {
+          const grant = await provider.Grant.find(own);
+          if (grant) await takenBack(grant, prompt.details);
+        } catch (error) {
+          consentKept.add(req);
+          throw error;
+        }
       }
+      res.status(303).set('Location', returnTo).set('Content-Length', '0').end();
       return;
     }
   });
