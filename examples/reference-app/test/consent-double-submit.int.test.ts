@@ -14,7 +14,7 @@ import { loginAndConsent } from './flow.js';
 import { grantScope, narrowGrant, setGrantScope } from './grants.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
-import { createUserAgent, formAction, formField, type UserAgent } from './user-agent.js';
+import { createUserAgent, formAction, formField, type Step, type UserAgent } from './user-agent.js';
 
 describe.each(databases)('the consent form sent twice, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
@@ -138,6 +138,52 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
       fields: { csrf: formField(page.body, 'csrf') },
       action: new URL(formAction(page.body, 'consent'), stack.authUrl).href,
     };
+  };
+
+  /**
+   * A browser back at the consent page of a re-consent: signed in once (its grant `id`, holding
+   * `wide`), the grant then narrowed by `email`, which this consent asks for again.
+   */
+  const atReconsentPage = async () => {
+    const agent = createUserAgent();
+    const before = new Set(await grantIds());
+    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
+    const [id, ...others] = (await grantIds()).filter((grant) => !before.has(grant));
+    expect(others).toEqual([]);
+    const wide = await grantScope(stack.dbs.one, id!);
+    const narrow = await narrowGrant(stack.dbs.one, id!, 'email');
+    const { fields, action } = await atConsentPage(agent);
+    return { agent, id: id!, wide: wide!, narrow, fields, action };
+  };
+
+  /**
+   * Sends Allow, holds it just before its finish is stored (it read the interaction and saved its
+   * grant), sends Cancel meanwhile (stored first: 303), then lets Allow go on. `whileHeld` runs
+   * before the Cancel.
+   */
+  const cancelWhileAllowHeld = async (
+    agent: UserAgent,
+    fields: Record<string, string>,
+    action: string,
+    whileHeld?: () => Promise<void>,
+  ) => {
+    const atFinish = gate();
+    finishHolds.push(atFinish.hold);
+    const allow = agent.postForm(action, fields);
+    await atFinish.at;
+    await whileHeld?.();
+    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+    expect(cancelled.response.status).toBe(303);
+    atFinish.release();
+    return { cancelled, refused: await allow };
+  };
+
+  /** Follows a Cancel's answer back to the app (access_denied); the next sign-in asks again. */
+  const expectCancelledAndAskedAgain = async (agent: UserAgent, cancelled: Step) => {
+    const back = await agent.follow(new URL(cancelled.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(new URL(back.url).searchParams.get('error')).toBe('access_denied');
+    await agent.request(back.url);
+    await atConsentPage(agent);
   };
 
   /** A point a POST waits at: `reached` once it is there, and it goes on when `release` is called. */
@@ -272,15 +318,8 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     const { agent, fields, action } = await atConsentPage();
     const before = new Set(await grantIds());
     await nameDeletedGrant(action);
-    // Allow read the interaction and saved its grant; it is held just before its finish is stored.
-    const atFinish = gate();
-    finishHolds.push(atFinish.hold);
-    const allow = agent.postForm(action, fields);
-    await atFinish.at;
-    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
-    expect(cancelled.response.status).toBe(303);
-    atFinish.release();
-    const refused = await allow;
+    // Allow read the interaction and saved its grant, held just before its finish; Cancel is stored first.
+    const { cancelled, refused } = await cancelWhileAllowHeld(agent, fields, action);
     expect(refused.response.status).toBe(400);
     expect(refused.response.headers.get('cache-control')).toBe('no-store');
     expect(refused.body).toContain('<h1>Sign-in cancelled</h1>');
@@ -378,17 +417,10 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     const allowed = await agent.postForm(action, fields);
     expect(allowed.response.status).toBe(303);
     // The same form sent again: it reads the first Allow's grant, and is held just before its finish.
-    const atFinish = gate();
-    finishHolds.push(atFinish.hold);
-    const again = agent.postForm(action, fields);
-    await atFinish.at;
-    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
-    expect(cancelled.response.status).toBe(303);
-    atFinish.release();
+    const { cancelled, refused } = await cancelWhileAllowHeld(agent, fields, action);
     // Was wrong: the Allow sent again, refused since the Cancel won, answered "Sign-in expired: This
     // sign-in link is no longer valid", while the sign-in was there, cancelled. Decided: its page says
     // that. The browser follows the last form sent.
-    const refused = await again;
     expect(refused.response.status).toBe(400);
     expect(refused.response.headers.get('cache-control')).toBe('no-store');
     expect(refused.body).not.toContain('Sign-in expired');
@@ -498,20 +530,17 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
   });
 
   it('keeps the grant the first POST widened as it widened it (a re-consent sent twice)', async () => {
-    const agent = createUserAgent();
-    const before = new Set(await grantIds());
-    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
-    const [id, ...others] = (await grantIds()).filter((grant) => !before.has(grant));
-    expect(others).toEqual([]);
-    const scopeOf = () => grantScope(stack.dbs.one, id!);
     // The grant as if alice had never allowed `email`: the next consent adds it to this grant.
-    await narrowGrant(stack.dbs.one, id!, 'email');
-    const consent = await atConsentPage(agent);
+    const consent = await atReconsentPage();
+    const { agent, id } = consent;
+    const before = new Set(await grantIds());
+    const scopeOf = () => grantScope(stack.dbs.one, id);
     const { second } = await sendTwice(consent);
     expect(second.response.status).toBe(400);
     expect(await grantOfSession(agent)).toBe(id);
     expect((await scopeOf())?.split(' ')).toContain('email');
-    expect((await grantIds()).filter((grant) => !before.has(grant))).toEqual([id]);
+    // Both POSTs widened the one grant: none was made.
+    expect((await grantIds()).filter((grant) => !before.has(grant))).toEqual([]);
   });
 
   // Was wrong: at a re-consent (the grant lacks `email`), Allow widened the person's grant, then Cancel,
@@ -519,50 +548,27 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
   // next sign-in of that app went through with `email` and no consent page, though the person's last
   // word on it was Cancel.
   it('takes back what Allow added to the grant when Cancel is sent after it (a re-consent)', async () => {
-    const agent = createUserAgent();
-    const before = new Set(await grantIds());
-    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
-    const [id] = (await grantIds()).filter((grant) => !before.has(grant));
-    const narrow = await narrowGrant(stack.dbs.one, id!, 'email');
-    const { fields, action } = await atConsentPage(agent);
+    const { agent, id, narrow, fields, action } = await atReconsentPage();
     const allowed = await agent.postForm(action, fields);
     expect(allowed.response.status).toBe(303);
-    expect((await grantScope(stack.dbs.one, id!))?.split(' ')).toContain('email');
+    expect((await grantScope(stack.dbs.one, id))?.split(' ')).toContain('email');
     const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
     expect(cancelled.response.status).toBe(303);
-    const back = await agent.follow(new URL(cancelled.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(new URL(back.url).searchParams.get('error')).toBe('access_denied');
-    await agent.request(back.url);
-    expect(await grantScope(stack.dbs.one, id!)).toBe(narrow);
-    // The next sign-in asks again.
-    await atConsentPage(agent);
+    expect(await grantScope(stack.dbs.one, id)).toBe(narrow);
+    await expectCancelledAndAskedAgain(agent, cancelled);
   });
 
   // Was wrong: the same, with Cancel stored first while Allow (which had widened the grant) was on its
   // way to finish: Allow, refused, kept the grant widened, as if another Allow had finished naming it.
   it('takes back what Allow added to the grant when Cancel is stored first while Allow is on its way (a re-consent)', async () => {
-    const agent = createUserAgent();
-    const before = new Set(await grantIds());
-    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
-    const [id] = (await grantIds()).filter((grant) => !before.has(grant));
-    const narrow = await narrowGrant(stack.dbs.one, id!, 'email');
-    const { fields, action } = await atConsentPage(agent);
-    const atFinish = gate();
-    finishHolds.push(atFinish.hold);
-    const allow = agent.postForm(action, fields);
-    await atFinish.at;
-    expect((await grantScope(stack.dbs.one, id!))?.split(' ')).toContain('email');
-    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
-    expect(cancelled.response.status).toBe(303);
-    atFinish.release();
-    const refused = await allow;
+    const { agent, id, narrow, fields, action } = await atReconsentPage();
+    const { cancelled, refused } = await cancelWhileAllowHeld(agent, fields, action, async () => {
+      expect((await grantScope(stack.dbs.one, id))?.split(' ')).toContain('email');
+    });
     expect(refused.response.status).toBe(400);
     expect(refused.body).toContain('<h1>Sign-in cancelled</h1>');
-    expect(await grantScope(stack.dbs.one, id!)).toBe(narrow);
-    const back = await agent.follow(new URL(cancelled.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(new URL(back.url).searchParams.get('error')).toBe('access_denied');
-    await agent.request(back.url);
-    await atConsentPage(agent);
+    expect(await grantScope(stack.dbs.one, id)).toBe(narrow);
+    await expectCancelledAndAskedAgain(agent, cancelled);
   });
 
   // Was wrong: the same, with the database failing the take-back: the Cancel was stored and answered
@@ -571,12 +577,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
   // the take-back comes before the answer: its failure is the 503 page that says what was allowed may
   // have been kept, and the same Cancel sent again, with the database back, takes it back.
   it('answers 503 when taking back what Allow added fails, and the same Cancel sent again takes it back (a re-consent)', async () => {
-    const agent = createUserAgent();
-    const before = new Set(await grantIds());
-    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
-    const [id] = (await grantIds()).filter((grant) => !before.has(grant));
-    const narrow = await narrowGrant(stack.dbs.one, id!, 'email');
-    const { fields, action } = await atConsentPage(agent);
+    const { agent, id, narrow, fields, action } = await atReconsentPage();
     const allowed = await agent.postForm(action, fields);
     expect(allowed.response.status).toBe(303);
     const abort = action.replace(/\/consent$/, '/abort');
@@ -591,32 +592,23 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(failed.response.headers.get('retry-after')).not.toBeNull();
     expect(failed.response.headers.get('cache-control')).toBe('no-store');
     expect(failed.body).toContain('may have been kept');
-    expect(await grantScope(stack.dbs.one, id!)).not.toBe(narrow);
+    expect(await grantScope(stack.dbs.one, id)).not.toBe(narrow);
     const cancelled = await agent.postForm(abort, fields);
     expect(cancelled.response.status).toBe(303);
-    expect(await grantScope(stack.dbs.one, id!)).toBe(narrow);
-    const back = await agent.follow(new URL(cancelled.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(new URL(back.url).searchParams.get('error')).toBe('access_denied');
-    await agent.request(back.url);
-    await atConsentPage(agent);
+    expect(await grantScope(stack.dbs.one, id)).toBe(narrow);
+    await expectCancelledAndAskedAgain(agent, cancelled);
   });
 
   // A plain Cancel of a re-consent (no Allow before it) leaves the grant as it is: what the consent
   // would add is taken back only after an Allow of this interaction, or by a Cancel sent again. A
   // scope another sign-in allowed meanwhile stays.
   it('leaves the grant alone on a plain Cancel of a re-consent, scopes allowed elsewhere meanwhile included', async () => {
-    const agent = createUserAgent();
-    const before = new Set(await grantIds());
-    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
-    const [id] = (await grantIds()).filter((grant) => !before.has(grant));
-    const wide = await grantScope(stack.dbs.one, id!);
-    await narrowGrant(stack.dbs.one, id!, 'email');
-    const { fields, action } = await atConsentPage(agent);
+    const { id, wide, action, fields, agent } = await atReconsentPage();
     // Another sign-in of the same grant allowed `email` since this consent page was shown.
-    await setGrantScope(stack.dbs.one, id!, wide!);
+    await setGrantScope(stack.dbs.one, id, wide);
     const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
     expect(cancelled.response.status).toBe(303);
-    expect(await grantScope(stack.dbs.one, id!)).toBe(wide);
+    expect(await grantScope(stack.dbs.one, id)).toBe(wide);
   });
 
   // A consent page left open while the person signed out at the provider (another tab): its Allow
