@@ -123,8 +123,9 @@ export interface HttpRequestInfo {
   keyHeader: string | readonly string[] | undefined;
   /**
    * True when another idem middleware already took this request (its context is on the request, or
-   * it ran the request unprotected: `ranUnprotected`): an app-wide instance and a route's own. The first one's claim covers the request; this one steps
-   * aside and warns once, instead of claiming the same key again and answering 409 to every request.
+   * it ran the request unprotected: `ranUnprotected`): an app-wide instance and a route's own. The
+   * first one's claim covers the request; this one steps aside and warns once, instead of claiming
+   * the same key again and answering 409 to every request.
    */
   stacked?: boolean | undefined;
   /**
